@@ -1,0 +1,24 @@
+import pytest
+
+from rankwise.cli import main
+
+
+def test_list_shows_38_rows(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "38 methods" in out
+    assert sum(1 for line in out.splitlines() if line.split() and line.split()[0] in {
+        "care-mla", "pica", "lora-pre", "wasi", "microscaling-ue5m3"}) == 5
+    assert main(["list", "--markdown"]) == 0
+    assert capsys.readouterr().out.count("\n| `") == 38
+
+
+def test_unknown_reproduction_is_a_clear_error(capsys):
+    assert main(["repro", "no-such-method"]) == 2
+    assert "unknown method" in capsys.readouterr().err
+
+
+@pytest.mark.real_model
+def test_eval_ppl_on_smollm2(capsys):
+    assert main(["--quiet", "eval", "ppl", "--model", "smollm2-135m", "--max-windows", "2", "--seq-len", "256"]) == 0
+    assert "perplexity" in capsys.readouterr().out
