@@ -15,6 +15,10 @@ _quiet = os.environ.get("RANKWISE_QUIET", "") not in ("", "0")
 def set_quiet(quiet: bool) -> None:
     global _quiet
     _quiet = quiet
+    if quiet:  # transformers draws its own bars (weight loading); silence those too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def is_quiet() -> bool:
