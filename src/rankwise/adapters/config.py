@@ -1,0 +1,115 @@
+"""Adapter configurations and target selection (which `nn.Linear` modules get an adapter).
+
+Selection follows PEFT's `target_modules` semantics so a PEFT user's list means the same thing here:
+- a list of names: a module is chosen when its full name equals an entry or ends with "." + entry;
+- a string: a regular expression that must match the *whole* module name.
+`layers_to_transform` then keeps only modules inside the given layer indices of the model's layer stack
+(`model.layers.<i>.`, `encoder.layer.<i>.`, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from torch import nn
+
+from rankwise.errors import InvalidInputError
+
+# Names of the repeated-block containers in common architectures (PEFT's defaults): Llama "layers", BERT "layer".
+DEFAULT_LAYER_PATTERNS = ("layers", "layer", "h", "block", "blocks")
+
+
+@dataclass
+class AdapterConfig:
+    """Settings every adapter type shares. Subclasses add their own fields and set `method`."""
+
+    method: ClassVar[str] = ""
+
+    r: int = 8
+    target_modules: list[str] | str = field(default_factory=lambda: ["q_proj", "v_proj"])
+    layers_to_transform: list[int] | None = None
+    layers_pattern: str | None = None  # None: try DEFAULT_LAYER_PATTERNS
+
+    def validate(self) -> None:
+        if not isinstance(self.r, int) or isinstance(self.r, bool) or self.r < 1:
+            raise InvalidInputError(f"{self.method} rank r must be a positive integer, got {self.r!r}")
+        if isinstance(self.target_modules, str):
+            try:
+                re.compile(self.target_modules)
+            except re.error as e:
+                raise InvalidInputError(f"target_modules {self.target_modules!r} is not a valid regular expression ({e})") from e
+        elif not self.target_modules or not all(isinstance(t, str) and t for t in self.target_modules):
+            raise InvalidInputError(f"target_modules must be a regex string or a non-empty list of module names, got {self.target_modules!r}")
+        if self.layers_to_transform is not None and not all(isinstance(i, int) and i >= 0 for i in self.layers_to_transform):
+            raise InvalidInputError(f"layers_to_transform must be non-negative layer indices, got {self.layers_to_transform!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["method"] = self.method
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AdapterConfig:
+        """Build from a dict; keys this version does not know are reported with a warning and ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known - {"method"})
+        if unknown:
+            warnings.warn(f"{cls.__name__}: ignoring unknown config key(s) {unknown} (written by a newer or different version?)", stacklevel=2)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def layer_index(module_name: str, layers_pattern: str | None = None) -> int | None:
+    """The layer-stack index in a module name (`model.layers.3.mlp.up_proj` -> 3), or None outside a stack."""
+    patterns = (layers_pattern,) if layers_pattern else DEFAULT_LAYER_PATTERNS
+    for p in patterns:
+        m = re.search(rf"(?:^|\.){re.escape(p)}\.(\d+)(?:\.|$)", module_name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def module_type(module_name: str, layers_pattern: str | None = None) -> str:
+    """The name with its layer index replaced by '*': all layers' modules of one kind share this key.
+
+    `model.layers.3.self_attn.q_proj` -> `model.layers.*.self_attn.q_proj`. Grouping by the full name pattern (not
+    by the last component) keeps BERT's `attention.output.dense` apart from the FFN's `output.dense`.
+    """
+    patterns = (layers_pattern,) if layers_pattern else DEFAULT_LAYER_PATTERNS
+    for p in patterns:
+        new, n = re.subn(rf"((?:^|\.){re.escape(p)}\.)\d+(?=\.|$)", r"\1*", module_name, count=1)
+        if n:
+            return new
+    return module_name
+
+
+def name_matches(module_name: str, target_modules: list[str] | str) -> bool:
+    if isinstance(target_modules, str):
+        return re.fullmatch(target_modules, module_name) is not None
+    return any(module_name == t or module_name.endswith("." + t) for t in target_modules)
+
+
+def find_targets(model: nn.Module, config: AdapterConfig, skip: Iterable[str] = ()) -> list[str]:
+    """Names of the `nn.Linear` modules `config` selects, in `named_modules` order.
+
+    Raises InvalidInputError when nothing matches, listing some linear module names the user could have meant.
+    """
+    config.validate()
+    skip = set(skip)
+    linear_names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in skip]
+    chosen = [n for n in linear_names if name_matches(n, config.target_modules)]
+    if config.layers_to_transform is not None:
+        wanted = set(config.layers_to_transform)
+        chosen = [n for n in chosen if layer_index(n, config.layers_pattern) in wanted]
+    if not chosen:
+        examples = sorted({n.rsplit(".", 1)[-1] for n in linear_names})[:12]
+        where = f" within layers {config.layers_to_transform}" if config.layers_to_transform is not None else ""
+        raise InvalidInputError(
+            f"no nn.Linear module matched target_modules={config.target_modules!r}{where}; "
+            f"this model's linear modules end in {examples} (full names via model.named_modules())"
+        )
+    return chosen
