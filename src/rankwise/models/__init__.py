@@ -19,6 +19,7 @@ EMBEDDED = {"smollm2-135m": load_smollm2, "minilm-l6": load_minilm}
 # Folders written by rankwise conversions name their format in config.json ("rankwise_format"); the loader that
 # rebuilds them is looked up here (module:function), so `load_model(path)` reloads any rankwise output.
 FOLDER_LOADERS: dict[str, str] = {}
+FOLDER_LOADERS["mla-oneshot"] = "rankwise.compress.mla.io:load_mla"  # CARE / MLA conversions (compress/mla)
 
 
 def load_model(name_or_path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

@@ -1,0 +1,89 @@
+"""Save and reload converted models as `transformers` folders.
+
+A converted folder is what `save_pretrained` writes (config.json + safetensors weights, holding
+`...k_proj.down.weight` / `...k_proj.up.weight` instead of `...k_proj.weight`) plus the tokenizer and a manifest
+of sizes and SHA-256s. config.json carries `"rankwise_format": "mla-oneshot"` and the per-layer ranks, so
+`rankwise.models.load_model(folder)` finds `load_mla` through `FOLDER_LOADERS` and rebuilds the exact modules.
+The folder is written atomically: on any failure nothing is left at the destination.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.initialization import no_init_weights
+
+from rankwise.compress.mla.layout import CONFIG_KEY, FORMAT, decoder_layers, kv_layout, mla_info
+from rankwise.compress.mla.modules import LowRankLinear
+from rankwise.core.io import atomic_dir, load_tensors, verify_manifest, write_manifest
+from rankwise.errors import CorruptFileError, InvalidInputError
+
+
+def save_mla(model: PreTrainedModel, folder: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
+    """Write a converted model (and its tokenizer) to `folder` as a transformers folder with a manifest."""
+    if mla_info(model) is None:
+        raise InvalidInputError("this model is not an MLA conversion (no rankwise_mla record in its config); use convert_to_mla first")
+    folder = Path(folder)
+    with atomic_dir(folder) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, extra={"rankwise_format": FORMAT})
+    return folder
+
+
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CorruptFileError(f"{folder} holds no .safetensors weights")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        tensors.update(load_tensors(f))
+    return tensors
+
+
+def load_mla(folder: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+    """Rebuild a converted model from `folder` (fp32, eval mode) and its tokenizer (None if none was saved).
+
+    Verifies the manifest first; raises CorruptFileError on a truncated, altered or inconsistent folder.
+    """
+    folder = Path(folder)
+    verify_manifest(folder)
+    config = AutoConfig.from_pretrained(folder)
+    info = getattr(config, CONFIG_KEY, None)
+    if getattr(config, "rankwise_format", None) != FORMAT or not isinstance(info, dict):
+        raise CorruptFileError(f"{folder / 'config.json'} is not a {FORMAT!r} folder")
+    with no_init_weights():  # every parameter is overwritten below; random init would only cost time
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    layout = kv_layout(model)
+    k_ranks, v_ranks = info.get("k_ranks"), info.get("v_ranks")
+    if not (isinstance(k_ranks, list) and isinstance(v_ranks, list) and len(k_ranks) == len(v_ranks) == layout.num_layers):
+        raise CorruptFileError(f"{folder / 'config.json'}: {CONFIG_KEY} needs k_ranks and v_ranks for all {layout.num_layers} layers")
+    for layer, rk, rv in zip(decoder_layers(model), k_ranks, v_ranks):
+        attn = layer.self_attn
+        attn.k_proj = LowRankLinear(layout.hidden_size, int(rk), layout.kv_width, bias=attn.k_proj.bias is not None)
+        attn.v_proj = LowRankLinear(layout.hidden_size, int(rv), layout.kv_width, bias=attn.v_proj.bias is not None)
+    weights = _read_weights(folder)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if unexpected or set(missing) - tied:
+        raise CorruptFileError(f"{folder}: weights do not match the recorded ranks (missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
+    model.tie_weights()
+    model.float().eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").is_file() else None
+    return model, tokenizer
+
+
+def read_mla_record(folder: str | Path) -> dict:
+    """The conversion record (method, per-layer ranks, ...) from a converted folder's config.json, without loading."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CorruptFileError(f"{path} is missing or not valid JSON ({e})") from e
+    if config.get("rankwise_format") != FORMAT:
+        raise CorruptFileError(f"{path} is not a {FORMAT!r} folder")
+    return config[CONFIG_KEY]
