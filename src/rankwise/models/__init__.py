@@ -20,6 +20,7 @@ EMBEDDED = {"smollm2-135m": load_smollm2, "minilm-l6": load_minilm}
 # rebuilds them is looked up here (module:function), so `load_model(path)` reloads any rankwise output.
 FOLDER_LOADERS: dict[str, str] = {}
 FOLDER_LOADERS["mla-oneshot"] = "rankwise.compress.mla.io:load_mla"  # CARE / MLA conversions (compress/mla)
+FOLDER_LOADERS["microscaling"] = "rankwise.quant.storage:load_quantized"  # block-quantized FP4/FP8 (quant/storage)
 
 
 def load_model(name_or_path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

@@ -1,0 +1,174 @@
+"""Real packed storage of a block-quantized model: two FP4 codes per byte, one scale byte per block, one fp32 global
+scale per tensor, in safetensors; everything else (embeddings, norms, biases) in fp32 beside it.
+
+Folder layout (written atomically, with a manifest of sizes and SHA-256s):
+  config.json              the model's transformers config plus "rankwise_format": "microscaling"
+  quantization.json        versioned: the recipe and, per quantized Linear, its shape
+  quantized.safetensors    <name>.codes uint8 [out, Kp/2] (or [out, Kp] for 8-bit elements), <name>.scales,
+                           <name>.global_scale fp32 [1]
+  dense.safetensors        the remaining parameters (tied duplicates stored once)
+  tokenizer files
+
+`load_model(folder)` reloads it (registered in `rankwise.models.FOLDER_LOADERS`), dequantizing into fp32 weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from rankwise.core.io import (atomic_dir, load_tensors, read_json, read_versioned_config, save_tensors_atomic,
+                              verify_manifest, write_json_atomic, write_manifest, write_versioned_config)
+from rankwise.errors import CorruptFileError, InvalidInputError
+from rankwise.quant.block import BlockRecipe, QuantizedTensor, quantize
+from rankwise.quant.fake_quant import quantizable_linears
+from rankwise.quant.formats import get_format
+from rankwise.quant.packing import pack_nibbles, unpack_nibbles
+
+FORMAT_NAME = "microscaling"
+CONFIG_KIND = "rankwise-microscaling"
+CONFIG_VERSION = 1
+QUANTIZED_FILE = "quantized.safetensors"
+DENSE_FILE = "dense.safetensors"
+
+
+@dataclass(frozen=True)
+class StorageSummary:
+    folder: Path
+    quantized_weights: int  # number of weights stored block-quantized
+    payload_bytes: int  # bytes of their codes, scales and global scales (tensor data only)
+    file_bytes: int  # size of quantized.safetensors on disk (header included)
+    folder_bytes: int  # the whole folder
+
+    @property
+    def bytes_per_weight(self) -> float:
+        """Measured payload bytes per quantized weight (FP4, block 16, 8-bit scales: 0.5 + 1/16 = 0.5625)."""
+        return self.payload_bytes / self.quantized_weights
+
+    @property
+    def file_bytes_per_weight(self) -> float:
+        return self.file_bytes / self.quantized_weights
+
+
+def recipe_to_dict(recipe: BlockRecipe) -> dict:
+    return {"name": recipe.name, "element": recipe.element.name, "scale": recipe.scale.name if recipe.scale else None,
+            "block_size": recipe.block_size, "global_scale": recipe.global_scale, "scale_rule": recipe.scale_rule,
+            "clamp_scale_to_min_normal": recipe.clamp_scale_to_min_normal}
+
+
+def recipe_from_dict(d: dict) -> BlockRecipe:
+    try:
+        return BlockRecipe(d["name"], get_format(d["element"]), get_format(d["scale"]) if d["scale"] else None,
+                           int(d["block_size"]), bool(d["global_scale"]), d["scale_rule"], bool(d["clamp_scale_to_min_normal"]))
+    except (KeyError, TypeError) as e:
+        raise CorruptFileError(f"quantization recipe is incomplete or malformed ({e!r})") from e
+
+
+def _pack(q: QuantizedTensor) -> torch.Tensor:
+    return pack_nibbles(q.codes) if q.recipe.element.bits == 4 else q.codes
+
+
+@torch.no_grad()
+def save_quantized(model: PreTrainedModel, tokenizer, recipe: BlockRecipe, folder: str | Path,
+                   exclude: tuple[str, ...] = ("lm_head",)) -> StorageSummary:
+    """Block-quantize every nn.Linear weight of `model` (not modified) and write the packed folder."""
+    folder = Path(folder)
+    layers = quantizable_linears(model, exclude)
+    if not layers:
+        raise InvalidInputError(f"{type(model).__name__} has no nn.Linear to quantize")
+    quantized, shapes = {}, {}
+    for name, linear in layers:
+        q = quantize(linear.weight, recipe, pad=True)
+        quantized[f"{name}.codes"] = _pack(q)
+        quantized[f"{name}.scales"] = q.scales.contiguous()
+        quantized[f"{name}.global_scale"] = q.global_scale.reshape(1).float()
+        shapes[name] = list(q.shape)
+    skip = {f"{name}.weight" for name, _ in layers}
+    dense, seen = {}, set()
+    for key, t in model.state_dict().items():
+        ptr = t.untyped_storage().data_ptr()
+        if key in skip or ptr in seen:  # tied weights (lm_head = embed_tokens) are stored once
+            continue
+        seen.add(ptr)
+        dense[key] = t.detach().float().contiguous()
+    with atomic_dir(folder) as tmp:
+        model.config.save_pretrained(tmp)
+        config = read_json(tmp / "config.json")
+        config["rankwise_format"] = FORMAT_NAME
+        write_json_atomic(tmp / "config.json", config)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        write_versioned_config(tmp / "quantization.json", CONFIG_KIND, CONFIG_VERSION,
+                               {"recipe": recipe_to_dict(recipe), "layers": shapes, "exclude": list(exclude),
+                                "model_class": type(model).__name__})
+        save_tensors_atomic(tmp / QUANTIZED_FILE, quantized)
+        save_tensors_atomic(tmp / DENSE_FILE, dense)
+        write_manifest(tmp)
+    payload = sum(t.numel() * t.element_size() for t in quantized.values())
+    n = sum(int(torch.tensor(s).prod()) for s in shapes.values())
+    total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return StorageSummary(folder, n, payload, (folder / QUANTIZED_FILE).stat().st_size, total)
+
+
+def load_quantized(folder: str | Path) -> tuple[PreTrainedModel, object]:
+    """Rebuild the model of a `save_quantized` folder with dequantized fp32 weights; (model in eval mode, tokenizer).
+    Checks the manifest first, so a truncated or altered file raises `CorruptFileError` instead of loading."""
+    folder = Path(folder)
+    verify_manifest(folder)
+    meta = read_versioned_config(folder / "quantization.json", CONFIG_KIND, CONFIG_VERSION)
+    recipe = recipe_from_dict(meta.get("recipe", {}))
+    config = AutoConfig.from_pretrained(folder)
+    causal = any(a.endswith("ForCausalLM") for a in (config.architectures or []))
+    model = (AutoModelForCausalLM if causal else AutoModel).from_config(config, dtype=torch.float32)
+    dense = load_tensors(folder / DENSE_FILE)
+    missing, unexpected = model.load_state_dict(dense, strict=False)
+    if unexpected:
+        raise CorruptFileError(f"{folder / DENSE_FILE} holds parameters this model does not have: {unexpected[:5]}")
+    tensors = load_tensors(folder / QUANTIZED_FILE)
+    filled = set()
+    for name, shape in meta["layers"].items():
+        module = model.get_submodule(name)
+        if not isinstance(module, nn.Linear) or list(module.weight.shape) != shape:
+            raise CorruptFileError(f"{folder}: layer {name} with shape {shape} does not match the model's {module}")
+        with torch.no_grad():
+            module.weight.copy_(_dequantize_stored(tensors, name, shape, recipe))
+        filled.add(f"{name}.weight")
+    if model.config.tie_word_embeddings if hasattr(model.config, "tie_word_embeddings") else False:
+        model.tie_weights()
+    left = [k for k in missing if k not in filled and not _is_tied(model, k)]
+    if left:
+        raise CorruptFileError(f"{folder}: parameters missing from the files: {left[:5]}")
+    tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").is_file() else None
+    return model.eval(), tokenizer
+
+
+def _dequantize_stored(tensors: dict, name: str, shape: list[int], recipe: BlockRecipe) -> torch.Tensor:
+    try:
+        codes, scales, gs = tensors[f"{name}.codes"], tensors[f"{name}.scales"], tensors[f"{name}.global_scale"]
+    except KeyError as e:
+        raise CorruptFileError(f"{QUANTIZED_FILE} lacks {e.args[0]}") from e
+    k = recipe.block_size
+    padded = -(-shape[-1] // k) * k
+    codes = unpack_nibbles(codes) if recipe.element.bits == 4 else codes
+    expected_scales = (shape[0], padded // k)
+    if tuple(codes.shape) != (shape[0], padded) or tuple(scales.shape) != expected_scales or gs.numel() != 1:
+        raise CorruptFileError(f"{name}: stored shapes {tuple(codes.shape)}, {tuple(scales.shape)} do not fit {shape} "
+                               f"at block {k}")
+    if not torch.isfinite(gs).all() or gs.item() <= 0:
+        raise CorruptFileError(f"{name}: global scale {gs.item()} is not a positive finite number")
+    q = QuantizedTensor(codes, scales, gs.reshape(()), tuple(shape), recipe)
+    w = q.dequantize()
+    if not torch.isfinite(w).all():
+        raise CorruptFileError(f"{name}: stored codes decode to NaN/Inf (a NaN scale code?)")
+    return w
+
+
+def _is_tied(model: nn.Module, key: str) -> bool:
+    """True when parameter `key` shares storage with another, loaded, parameter (tied embeddings)."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    p = params.get(key)
+    return p is not None and any(q is p for k, q in params.items() if k != key)
