@@ -48,15 +48,16 @@ def _batches(calibration: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.T
 
 def kv_input_moments(
     model: nn.Module,
-    calibration: torch.Tensor | Sequence[torch.Tensor] | Mapping[str, SecondMoment],
+    calibration: torch.Tensor | Sequence[torch.Tensor] | Sequence[SecondMoment] | Mapping[str, SecondMoment],
     *,
     min_rows: int | None = None,
     use_cache: bool = True,
 ) -> list[SecondMoment]:
     """One second moment per layer of the (shared) input of k_proj and v_proj.
 
-    calibration: token ids [N, T], a sequence of [B, T] batches, or moments already collected, keyed by k_proj
-    module name. At least `min_rows` tokens are required (default: the hidden size, so C can have full rank).
+    calibration: token ids [N, T], a sequence of [B, T] batches, or moments already collected: one per layer in
+    order, or keyed by k_proj module name. At least `min_rows` tokens are required (default: the hidden size, so
+    C can have full rank).
     Raises InvalidInputError for empty or too-short data, NumericalError for NaN/Inf activations.
     """
     layout = kv_layout(model)
@@ -67,6 +68,13 @@ def kv_input_moments(
         if missing:
             raise InvalidInputError(f"calibration moments lack {missing[:2]}...; key them by k_proj module name")
         moments = [calibration[n] for n in names]
+    elif isinstance(calibration, Sequence) and calibration and all(isinstance(m, SecondMoment) for m in calibration):
+        if len(calibration) != layout.num_layers:
+            raise InvalidInputError(f"got {len(calibration)} calibration moments for {layout.num_layers} layers")
+        moments = list(calibration)
+    else:
+        moments = None
+    if moments is not None:
         short = [m.rows for m in moments if m.rows < min_rows]
         if short:
             raise InvalidInputError(f"calibration too short: {min(short)} tokens, need at least {min_rows}; pass more data")

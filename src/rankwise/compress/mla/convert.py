@@ -28,7 +28,7 @@ from rankwise.core.linalg import LowRankFactors
 from rankwise.core.progress import progress
 from rankwise.errors import InvalidInputError, NumericalError
 
-Calibration = torch.Tensor | Sequence[torch.Tensor] | Mapping[str, SecondMoment] | None
+Calibration = torch.Tensor | Sequence[torch.Tensor] | Sequence[SecondMoment] | Mapping[str, SecondMoment] | None
 
 
 @dataclass
