@@ -1,0 +1,248 @@
+"""LoRA-Pre: AdamW whose two moments are kept as low-rank factors for 2-D parameters.
+
+Paper: "Taming Momentum: Rethinking Optimizer States Through Low-Rank Approximation" (Wang et al., ICLR 2026).
+
+For a 2-D parameter W [p, q] with gradient g, the state is four thin factors instead of two full moments:
+    first moment   m ~ m_B @ m_A                   m_B [p, r], m_A [r, q]   regressed on g
+    second moment  v ~ (v_B @ v_A) ** 2 (elementwise)  v_B [p, r], v_A [r, q]   regressed on |g|
+2 (p + q) r floats instead of AdamW's 2 p q. Each step (see `low_rank_regression` for the factor update):
+    1. m_prev = m_B m_A and v_prev = (v_B v_A)^2, from the factors before this step (`use_updated_factors=False`,
+       the default: the EMA with its previous moment replaced by the low-rank surrogate) or after it (True);
+    2. one Newton step of (m_B, m_A) towards g with gamma1 = 1 - sqrt(beta1), and of (v_B, v_A) towards |g| with
+       gamma2 = 1 - beta2^(1/4), so the reconstructed moments forget at Adam's rates;
+    3. m = beta1 m_prev + (1-beta1) g,  v = beta2 v_prev + (1-beta2) g^2, then the AdamW update with bias correction
+       and decoupled weight decay, exactly as torch.optim.AdamW does it.
+Parameters that are not 2-D, and every parameter of a group with `rank=None`, get plain AdamW, bit-identical to
+`torch.optim.AdamW(foreach=False)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from rankwise.errors import InvalidInputError, NumericalError
+from rankwise.optim.low_rank_regression import DEFAULT_RIDGE, gamma_for_beta, newton_factor_step_
+
+NONFINITE_POLICIES = ("raise", "skip")
+FACTOR_KEYS = ("m_B", "m_A", "v_B", "v_A")
+DENSE_KEYS = ("exp_avg", "exp_avg_sq")
+
+
+class LoRAPre(torch.optim.Optimizer):
+    """AdamW with rank-`rank` factored first and second moments for 2-D parameters.
+
+    Args:
+        params: parameters or param groups. A group may set its own `rank` (None: plain AdamW for the whole group)
+            and any other hyperparameter below.
+        lr, betas, eps, weight_decay: as in torch.optim.AdamW (weight decay is decoupled).
+        rank: rank r of the moment factors; must not exceed min(p, q) of any 2-D parameter it applies to.
+        ridge: relative ridge of the r x r Gram solves (times trace/r).
+        init_std: the A factors start as N(0, init_std^2), the B factors at zero.
+        use_updated_factors: reconstruct the previous moments from the factors after this step's regression
+            instead of before it (the paper's ordering here is ambiguous; False is the default reading).
+        nonfinite: "raise" (NumericalError) or "skip" (the whole step is skipped, state untouched, counted in
+            `skipped_steps`) when any gradient holds NaN or Inf.
+        seed: seeds the random initialisation of the A factors, so runs (and DDP ranks) agree.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        rank: int | None = 8,
+        *,
+        ridge: float = DEFAULT_RIDGE,
+        init_std: float = 0.02,
+        use_updated_factors: bool = False,
+        nonfinite: str = "raise",
+        seed: int = 0,
+    ) -> None:
+        if nonfinite not in NONFINITE_POLICIES:
+            raise InvalidInputError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
+        defaults = dict(
+            lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, rank=rank,
+            ridge=ridge, init_std=init_std, use_updated_factors=use_updated_factors,
+        )
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            _check_group(group)
+        self.nonfinite = nonfinite
+        self.seed = int(seed)
+        self.skipped_steps = 0
+
+    # ---- the step ----------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self._gradients_finite():
+            if self.nonfinite == "raise":
+                raise NumericalError(
+                    "a gradient holds NaN or Inf; the optimizer state was left unchanged. Lower the learning rate, "
+                    "check the loss, or construct LoRAPre(..., nonfinite='skip') to skip such steps"
+                )
+            self.skipped_steps += 1
+            return loss
+        index = 0
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    if p.grad.is_sparse:
+                        raise InvalidInputError("LoRAPre does not support sparse gradients; use dense embeddings")
+                    if is_factored(p, group):
+                        self._factored_step(p, group, index)
+                    else:
+                        self._dense_step(p, group)
+                index += 1
+        return loss
+
+    def _gradients_finite(self) -> bool:
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if not grads:
+            return True
+        return bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+
+    def _dense_step(self, p: torch.Tensor, group: dict[str, Any]) -> None:
+        """torch.optim.AdamW's single-tensor update, operation for operation (so results agree bit for bit)."""
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        beta1, beta2 = group["betas"]
+        lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+        state["step"] += 1
+        if wd != 0:
+            p.mul_(1 - lr * wd)
+        state["exp_avg"].lerp_(p.grad, 1 - beta1)
+        state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+        step = state["step"].item()
+        bias_correction1 = 1 - beta1**step
+        bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+        denom = (state["exp_avg_sq"].sqrt() / bias_correction2_sqrt).add_(eps)
+        p.addcdiv_(state["exp_avg"], denom, value=-(lr / bias_correction1))
+
+    def _factored_step(self, p: torch.Tensor, group: dict[str, Any], index: int) -> None:
+        state = self.state[p]
+        if not state:
+            state.update(self._initial_factors(p, group, index))
+        beta1, beta2 = group["betas"]
+        lr, eps, wd, ridge = group["lr"], group["eps"], group["weight_decay"], group["ridge"]
+        # Factors and moments in float32 at least, even for bf16 weights (the Gram solves need it).
+        g = p.grad.float() if p.dtype in (torch.float16, torch.bfloat16) else p.grad
+        m_b, m_a, v_b, v_a = (state[k] for k in FACTOR_KEYS)
+        state["step"] += 1
+        if not group["use_updated_factors"]:
+            m_prev, v_prev = m_b @ m_a, (v_b @ v_a).square_()
+        newton_factor_step_(m_b, m_a, g, gamma_for_beta(beta1, 2), ridge)
+        newton_factor_step_(v_b, v_a, g.abs(), gamma_for_beta(beta2, 4), ridge)
+        if group["use_updated_factors"]:
+            m_prev, v_prev = m_b @ m_a, (v_b @ v_a).square_()
+        exp_avg = m_prev.mul_(beta1).add_(g, alpha=1 - beta1)
+        exp_avg_sq = v_prev.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        if wd != 0:
+            p.mul_(1 - lr * wd)
+        step = state["step"].item()
+        bias_correction1 = 1 - beta1**step
+        bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+        p.add_((exp_avg / denom).to(p.dtype), alpha=-(lr / bias_correction1))
+
+    def _initial_factors(self, p: torch.Tensor, group: dict[str, Any], index: int) -> dict[str, torch.Tensor]:
+        """B factors at zero, A factors N(0, init_std^2) from a generator keyed by (seed, parameter index)."""
+        rows, cols = p.shape
+        r = group["rank"]
+        dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        draw = lambda: (torch.randn(r, cols, generator=gen, dtype=torch.float32) * group["init_std"]).to(p.device, dtype)
+        zeros = lambda: torch.zeros(rows, r, dtype=dtype, device=p.device)
+        return {"step": torch.tensor(0.0, dtype=torch.float32), "m_B": zeros(), "m_A": draw(), "v_B": zeros(), "v_A": draw()}
+
+    # ---- loading -----------------------------------------------------------------------------------------------
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a state saved by `state_dict()`, after checking that it fits these parameters (shapes and ranks)."""
+        self._check_loadable(state_dict)
+        super().load_state_dict(state_dict)
+        # torch casts loaded state to each parameter's dtype; factors of bf16/fp16 weights must stay in float32.
+        for saved, group in zip(state_dict["param_groups"], self.param_groups):
+            for key, p in zip(saved["params"], group["params"]):
+                entry = state_dict["state"].get(key, {})
+                if "m_B" in entry and p.dtype in (torch.float16, torch.bfloat16):
+                    for k in FACTOR_KEYS:
+                        self.state[p][k] = entry[k].to(device=p.device, dtype=torch.float32)
+
+    def _check_loadable(self, state_dict: dict[str, Any]) -> None:
+        if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
+            raise InvalidInputError("not an optimizer state dict (needs 'state' and 'param_groups')")
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise InvalidInputError(
+                f"the state has {len(saved_groups)} parameter groups but this optimizer has {len(self.param_groups)}; "
+                "build the optimizer with the same groups as the one that was saved"
+            )
+        for saved, group in zip(saved_groups, self.param_groups):
+            if len(saved["params"]) != len(group["params"]):
+                raise InvalidInputError(
+                    f"a saved parameter group has {len(saved['params'])} parameters, this one {len(group['params'])}: "
+                    "the model changed between save and load"
+                )
+            for key, p in zip(saved["params"], group["params"]):
+                entry = state_dict["state"].get(key)
+                if entry:
+                    _check_entry(entry, p, saved, key)
+
+
+def is_factored(p: torch.Tensor, group: dict[str, Any]) -> bool:
+    """Whether LoRA-Pre keeps low-rank moments for `p` in `group` (a 2-D parameter in a group with a rank)."""
+    return group["rank"] is not None and p.dim() == 2
+
+
+def _check_group(group: dict[str, Any]) -> None:
+    beta1, beta2 = group["betas"]
+    if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+        raise InvalidInputError(f"betas must lie in [0, 1), got {group['betas']}")
+    if group["lr"] < 0 or group["eps"] < 0 or group["weight_decay"] < 0 or group["ridge"] < 0:
+        raise InvalidInputError("lr, eps, weight_decay and ridge must be non-negative")
+    rank = group["rank"]
+    if rank is None:
+        return
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise InvalidInputError(f"rank must be a positive int or None (plain AdamW), got {rank!r}")
+    for p in group["params"]:
+        if p.dim() == 2 and rank > min(p.shape):
+            raise InvalidInputError(
+                f"rank {rank} exceeds the smaller dimension of a parameter of shape {tuple(p.shape)}; use rank <= "
+                f"{min(p.shape)} or put that parameter in a group with rank=None (plain AdamW)"
+            )
+
+
+def _check_entry(entry: dict[str, Any], p: torch.Tensor, saved_group: dict[str, Any], key: int) -> None:
+    """One saved per-parameter state must match the current parameter's shape (and the saved group's rank)."""
+    where = f"saved state #{key} (current parameter shape {tuple(p.shape)})"
+    if "m_B" in entry:
+        r = saved_group.get("rank")
+        if p.dim() != 2 or r is None:
+            raise InvalidInputError(f"{where} holds low-rank factors, but the parameter is not a 2-D factored one: the model changed")
+        expected = {"m_B": (p.shape[0], r), "v_B": (p.shape[0], r), "m_A": (r, p.shape[1]), "v_A": (r, p.shape[1])}
+    elif "exp_avg" in entry:
+        expected = {k: tuple(p.shape) for k in DENSE_KEYS}
+    else:
+        raise InvalidInputError(f"{where} has neither low-rank factors nor AdamW moments: not a LoRAPre state")
+    for k, shape in expected.items():
+        t = entry.get(k)
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape):
+            found = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise InvalidInputError(
+                f"{where}: {k} has shape {found}, expected {tuple(shape)}; the parameter changed shape between save "
+                "and load (or the rank changed): load a matching checkpoint or start the optimizer afresh"
+            )
