@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
@@ -122,8 +123,8 @@ def load_quantized(folder: str | Path) -> tuple[PreTrainedModel, object]:
     meta = read_versioned_config(folder / "quantization.json", CONFIG_KIND, CONFIG_VERSION)
     recipe = recipe_from_dict(meta.get("recipe", {}))
     config = AutoConfig.from_pretrained(folder)
-    causal = any(a.endswith("ForCausalLM") for a in (config.architectures or []))
-    model = (AutoModelForCausalLM if causal else AutoModel).from_config(config, dtype=torch.float32)
+    cls = _model_class(meta.get("model_class"), config)
+    model = (cls.from_config(config) if hasattr(cls, "from_config") else cls(config)).float()
     dense = load_tensors(folder / DENSE_FILE)
     missing, unexpected = model.load_state_dict(dense, strict=False)
     if unexpected:
@@ -144,6 +145,15 @@ def load_quantized(folder: str | Path) -> tuple[PreTrainedModel, object]:
         raise CorruptFileError(f"{folder}: parameters missing from the files: {left[:5]}")
     tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").is_file() else None
     return model.eval(), tokenizer
+
+
+def _model_class(name: str | None, config):
+    """The transformers class the folder was saved from (a plain class name, looked up in transformers only)."""
+    cls = getattr(transformers, name, None) if isinstance(name, str) and name.isidentifier() else None
+    if isinstance(cls, type) and issubclass(cls, PreTrainedModel):
+        return cls
+    causal = any(a.endswith("ForCausalLM") for a in (config.architectures or []))
+    return AutoModelForCausalLM if causal else AutoModel
 
 
 def _dequantize_stored(tensors: dict, name: str, shape: list[int], recipe: BlockRecipe) -> torch.Tensor:
