@@ -17,7 +17,7 @@ Parameters shared across layers (PiCa's per-module-type matrix) come from `site.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -178,6 +178,10 @@ class Adapter(nn.Module):
     def lora_factors(self) -> LoraFactors | None:
         """The deployed delta as LoRA factors, or None when it is not a low-rank delta (then no PEFT export)."""
         return None
+
+    def prepare_load(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Called by the loader with this layer's saved tensors (keys relative to the layer) before it fills them:
+        a method whose frozen state has a data-dependent shape (GuardSpace's null-space basis) resizes it here."""
 
 
 class AdaptedLinear(nn.Module):

@@ -152,6 +152,8 @@ def _check_modules(adapted: AdaptedModel, modules: list[str], state: dict[str, t
 
 
 def _fill(adapted: AdaptedModel, adapter_name: str, state: dict[str, torch.Tensor]) -> None:
+    for module, adapter in adapted.adapters_of(adapter_name).items():
+        adapter.prepare_load({k[len(module) + 1 :]: v for k, v in state.items() if k.startswith(module + ".")})
     expected = adapted.adapter_state(adapter_name)
     missing = sorted(set(expected) - set(state))
     extra = sorted(set(state) - set(expected))
