@@ -1,0 +1,89 @@
+"""Training checkpoints: everything an exact resume needs, in safetensors + versioned JSON, written atomically.
+
+A checkpoint folder holds `state.safetensors` (trainable parameters by name, AdamW moments per parameter, torch's
+RNG state for dropout) and `trainer.json` (step, history, the run's settings, the optimizer's hyperparameters),
+with a manifest of hashes. Writing goes to a temporary folder renamed into place, so the folder on disk is always
+the last complete checkpoint — which is what a run that dies (or hits a NaN loss) leaves behind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from rankwise.core.io import atomic_dir, load_tensors, read_versioned_config, save_tensors_atomic, verify_manifest, write_manifest, write_versioned_config
+from rankwise.errors import CorruptFileError, InvalidInputError
+
+KIND = "rankwise-train-checkpoint"
+VERSION = 1
+
+
+def trainable(module: nn.Module) -> dict[str, nn.Parameter]:
+    """Trainable parameters by name (shared parameters once), in a stable order."""
+    return {n: p for n, p in module.named_parameters() if p.requires_grad}
+
+
+def save_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, step: int, meta: dict[str, Any]) -> None:
+    params = trainable(module)
+    index = {id(p): i for i, p in enumerate(optimizer.param_groups[0]["params"])}
+    tensors: dict[str, torch.Tensor] = {f"param/{n}": p.detach() for n, p in params.items()}
+    for n, p in params.items():
+        for k, v in optimizer.state.get(p, {}).items():
+            tensors[f"optim/{n}/{k}"] = v.detach() if torch.is_tensor(v) else torch.tensor(v)
+        if id(p) not in index:
+            raise InvalidInputError(f"trainable parameter {n} is not in the optimizer: the checkpoint would be incomplete")
+    tensors["rng/torch"] = torch.get_rng_state()
+    hyper = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    with atomic_dir(folder) as tmp:
+        save_tensors_atomic(tmp / "state.safetensors", tensors)
+        write_versioned_config(tmp / "trainer.json", KIND, VERSION, {"step": step, "optimizer": hyper, **meta})
+        write_manifest(tmp)
+
+
+def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, expected_run: dict[str, Any]) -> dict[str, Any]:
+    """Restore parameters, optimizer state and RNG from `folder`; return its trainer.json fields.
+
+    Raises CorruptFileError for a damaged checkpoint and InvalidInputError when it belongs to a different run
+    (other parameters, or other settings that would change the result).
+    """
+    verify_manifest(folder)
+    meta = read_versioned_config(folder / "trainer.json", KIND, VERSION)
+    saved_run = meta.get("run", {})
+    differs = {k: (saved_run.get(k), v) for k, v in expected_run.items() if saved_run.get(k) != v}
+    if differs:
+        raise InvalidInputError(
+            f"the checkpoint in {folder} was written by a run with different settings {differs} (saved, now); "
+            "use another output folder, or the same settings to resume"
+        )
+    tensors = load_tensors(folder / "state.safetensors")
+    params = trainable(module)
+    saved = {k[len("param/") :] for k in tensors if k.startswith("param/")}
+    if saved != set(params):
+        raise InvalidInputError(
+            f"the checkpoint in {folder} holds parameters {sorted(saved - set(params))[:3]} missing here and lacks "
+            f"{sorted(set(params) - saved)[:3]}: it was written for a different model or method"
+        )
+    with torch.no_grad():
+        for n, p in params.items():
+            value = tensors[f"param/{n}"]
+            if value.shape != p.shape:
+                raise InvalidInputError(f"checkpoint parameter {n} has shape {tuple(value.shape)}, the model's is {tuple(p.shape)}")
+            p.copy_(value)
+    state = optimizer.state_dict()
+    order = {id(p): i for i, p in enumerate(optimizer.param_groups[0]["params"])}
+    restored: dict[int, dict[str, torch.Tensor]] = {}
+    for n, p in params.items():
+        prefix = f"optim/{n}/"
+        entries = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        if entries:
+            restored[order[id(p)]] = entries
+    state["state"] = restored
+    try:
+        optimizer.load_state_dict(state)
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise CorruptFileError(f"the optimizer state in {folder} cannot be restored ({e})") from e
+    torch.set_rng_state(tensors["rng/torch"])
+    return meta

@@ -1,0 +1,78 @@
+"""From a method name and a few knobs to an adapted model: the bridge between the CLI / reproductions and adapters.
+
+Every registered adapter type is a method here (`available_methods()`), so a new adapter file is usable from
+`rankwise finetune` without edits to this module. Its config is built from (rank, targets, layers) plus any
+method-specific fields given as `options`; methods that need calibration statistics get second moments of the
+targeted layers' inputs over `calibration_batches`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from rankwise.adapters import AdaptedModel, AdapterConfig, add_adapter, adapter_type, discover_adapter_types, find_targets
+from rankwise.core.calibration import collect_second_moments
+from rankwise.errors import InvalidInputError
+
+# Default targets: PiCa's (and the usual LoRA) choice of attention and MLP projections for each architecture.
+DEFAULT_TARGETS = {
+    "llama": ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj"],
+    "bert": ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"],
+}
+
+
+def available_methods() -> list[str]:
+    return sorted(discover_adapter_types())
+
+
+def default_targets(model: nn.Module) -> list[str]:
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in DEFAULT_TARGETS:
+        raise InvalidInputError(f"no default target modules for model type {model_type!r}: pass targets explicitly")
+    return list(DEFAULT_TARGETS[model_type])
+
+
+def top_layers(model: nn.Module, k: int | None) -> list[int] | None:
+    """Indices of the top `k` transformer layers (None: all layers)."""
+    if k is None:
+        return None
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if n is None:
+        raise InvalidInputError("cannot find the number of layers (config.num_hidden_layers) to select the top K")
+    if not 1 <= k <= n:
+        raise InvalidInputError(f"top-K layers must be between 1 and {n} for this model, got {k}")
+    return list(range(n - k, n))
+
+
+def build_config(method: str, rank: int, targets: list[str] | str, layers: list[int] | None = None, **options: Any) -> AdapterConfig:
+    cls = adapter_type(method)
+    fields = {f for f in cls.config_class.__dataclass_fields__}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise InvalidInputError(f"method {method!r} has no option(s) {unknown}; its options are {sorted(fields)}")
+    return cls.config_class(r=rank, target_modules=targets, layers_to_transform=layers, **options)
+
+
+def adapt(
+    model: nn.Module,
+    method: str,
+    rank: int,
+    targets: list[str] | str | None = None,
+    top_k_layers: int | None = None,
+    calibration_batches: Iterable[torch.Tensor] | None = None,
+    adapter_name: str = "default",
+    **options: Any,
+) -> AdaptedModel:
+    """Inject adapter `method` of rank `rank` into `model` (default targets for its architecture, optionally only
+    in its top K layers) and return the AdaptedModel with only the adapter trainable."""
+    config = build_config(method, rank, targets or default_targets(model), top_layers(model, top_k_layers), **options)
+    statistics: Mapping | None = None
+    if adapter_type(method).needs_statistics:
+        if calibration_batches is None:
+            raise InvalidInputError(f"method {method!r} needs calibration data: pass calibration_batches (token id tensors)")
+        statistics = collect_second_moments(model, find_targets(model, config), list(calibration_batches))
+    return add_adapter(model, config, adapter_name, statistics)
