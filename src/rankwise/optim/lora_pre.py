@@ -37,7 +37,7 @@ class LoRAPre(torch.optim.Optimizer):
     Args:
         params: parameters or param groups. A group may set its own `rank` (None: plain AdamW for the whole group)
             and any other hyperparameter below.
-        lr, betas, eps, weight_decay: as in torch.optim.AdamW (weight decay is decoupled).
+        lr, betas, eps, weight_decay: as in torch.optim.AdamW, defaults included (weight decay is decoupled).
         rank: rank r of the moment factors; must not exceed min(p, q) of any 2-D parameter it applies to.
         ridge: relative ridge of the r x r Gram solves (times trace/r).
         init_std: the A factors start as N(0, init_std^2), the B factors at zero.
@@ -54,7 +54,7 @@ class LoRAPre(torch.optim.Optimizer):
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
-        weight_decay: float = 0.0,
+        weight_decay: float = 1e-2,
         rank: int | None = 8,
         *,
         ridge: float = DEFAULT_RIDGE,
@@ -166,6 +166,17 @@ class LoRAPre(torch.optim.Optimizer):
         draw = lambda: (torch.randn(r, cols, generator=gen, dtype=torch.float32) * group["init_std"]).to(p.device, dtype)
         zeros = lambda: torch.zeros(rows, r, dtype=dtype, device=p.device)
         return {"step": torch.tensor(0.0, dtype=torch.float32), "m_B": zeros(), "m_A": draw(), "v_B": zeros(), "v_A": draw()}
+
+    @torch.no_grad()
+    def low_rank_moments(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rank-r moments currently held for a factored parameter: (m_B m_A, (v_B v_A)^2), each [p, q].
+
+        These are the surrogates of the previous step's moments that the next step blends with its gradient.
+        """
+        state = self.state.get(p)
+        if not state or "m_B" not in state:
+            raise InvalidInputError("this parameter has no low-rank state (not factored, or no step taken yet)")
+        return state["m_B"] @ state["m_A"], (state["v_B"] @ state["v_A"]).square()
 
     # ---- loading -----------------------------------------------------------------------------------------------
 

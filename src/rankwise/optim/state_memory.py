@@ -11,8 +11,10 @@ import torch
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor] | None = None) -> int:
     """Bytes of all tensors in `optimizer.state` (optionally only the states of `params`).
 
-    Walks nested dicts, lists and plain objects (GaLore keeps its projector as an object in the state), and counts
-    each storage once. Python numbers count as zero bytes; 0-d step tensors count their few bytes.
+    Walks nested dicts, lists and plain objects (GaLore keeps its projector as an object in the state) and counts
+    each tensor's own elements (numel * itemsize) once. A view counts its elements, not the storage behind it:
+    galore-torch keeps its projector as a slice U[:, :r] of a full SVD factor, which retains more memory than the
+    method needs; this function measures the method. Python numbers count zero bytes; 0-d step tensors a few.
     """
     wanted = None if params is None else {id(p) for p in params}
     seen: set[tuple[int, int]] = set()
@@ -21,10 +23,10 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer, params: Iterable[tor
         if wanted is not None and id(p) not in wanted:
             continue
         for t in _tensors_in(state, depth=0):
-            key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+            key = (t.data_ptr(), t.numel(), t.element_size())
             if key not in seen:
                 seen.add(key)
-                total += t.untyped_storage().nbytes()
+                total += t.numel() * t.element_size()
     return total
 
 

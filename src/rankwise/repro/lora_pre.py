@@ -124,8 +124,8 @@ def _optimizers(s: Setup) -> dict[str, callable]:
     return {
         "AdamW": lambda model, lr, seed: torch.optim.AdamW(model.parameters(), lr=lr, eps=1e-8, weight_decay=0.0, foreach=False),
         f"GaLore r={r}": lambda model, lr, seed: galore_adamw(model, lr, r, update_proj_gap=gap, scale=GALORE_SCALE),
-        f"LoRA-Pre r={r}": lambda model, lr, seed: LoRAPre(low_rank_param_groups(model, r), lr=lr, seed=seed),
-        f"LoRA-Pre r={r8}": lambda model, lr, seed: LoRAPre(low_rank_param_groups(model, r8), lr=lr, seed=seed),
+        f"LoRA-Pre r={r}": lambda model, lr, seed: LoRAPre(low_rank_param_groups(model, r), lr=lr, weight_decay=0.0, seed=seed),
+        f"LoRA-Pre r={r8}": lambda model, lr, seed: LoRAPre(low_rank_param_groups(model, r8), lr=lr, weight_decay=0.0, seed=seed),
     }
 
 
