@@ -1,0 +1,159 @@
+"""GuardSpace's invariants (method card guardspace.md): projector algebra, exact split, identity at init, protected
+outputs unchanged after training, update confined to the null space, PEFT export, bad input."""
+
+import copy
+
+import pytest
+import torch
+
+from rankwise.adapters import add_adapter, find_targets, load_adapter
+from rankwise.adapters.guardspace import GuardSpaceConfig
+from rankwise.adapters.guardspace_split import guarded_split, null_space_basis, protected_eigh
+from rankwise.core.calibration import SecondMoment, collect_second_moments
+from rankwise.errors import InvalidInputError
+from rankwise.models import tiny_llama
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _ids(seed, shape):
+    return torch.randint(0, 2000, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _protected():
+    # 2 x 12 = 24 protected tokens < 64 = hidden size: every site's covariance has a null space
+    return [_ids(1, (1, 12)), _ids(2, (1, 12))]
+
+
+def _guarded(base, **kw):
+    config = GuardSpaceConfig(r=4, target_modules=TARGETS, **kw)
+    names = find_targets(base, config)
+    stats = collect_second_moments(base, names, _protected(), use_cache=False)
+    return add_adapter(copy.deepcopy(base), config, statistics=stats)
+
+
+def _low_rank_inputs(d=32, n=20, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(d, n, generator=g, dtype=torch.float64)  # n < d: C = X X^T / n has a (d - n)-dim null space
+    return X, X @ X.T / n
+
+
+def test_projector_is_symmetric_idempotent_and_annihilates_protected_inputs():
+    X, C = _low_rank_inputs()
+    Q = null_space_basis(protected_eigh(C), threshold=0.0)
+    assert Q.size(0) == 12
+    P = Q.T @ Q
+    torch.testing.assert_close(P, P.T, rtol=0, atol=1e-6)
+    torch.testing.assert_close(P @ P, P, rtol=0, atol=1e-6)
+    assert (P @ X).norm() / X.norm() < 1e-6
+
+
+def test_split_holds_the_smallest_preconditioned_components_and_reconstructs_w():
+    g = torch.Generator().manual_seed(3)
+    W = torch.randn(24, 32, generator=g, dtype=torch.float64)
+    _, C = _low_rank_inputs()
+    eig = protected_eigh(C)
+    r = 5
+    for balanced in (True, False):
+        split = guarded_split(W, eig, r, damping=1e-6, balanced=balanced)
+        C_d = C + split.damping * C.diagonal().mean() * torch.eye(32, dtype=torch.float64)
+        U, S, Vh = torch.linalg.svd(W @ C_d, full_matrices=False)
+        adapter = split.B0 @ split.A0
+        torch.testing.assert_close(adapter @ C_d, (U[:, -r:] * S[-r:]) @ Vh[-r:], rtol=0, atol=1e-8 * S[0].item())
+        frozen = (U[:, :-r] * S[:-r]) @ torch.linalg.solve(C_d, Vh[:-r].T).T
+        assert (frozen + adapter - W).norm() / W.norm() < 1e-4
+        assert split.reconstruction_error < 1e-8
+    balanced = guarded_split(W, eig, r, balanced=True)
+    torch.testing.assert_close(balanced.B0.norm(dim=0), balanced.A0.norm(dim=1))
+
+
+def test_init_equals_base_and_merge_is_exact():
+    base = tiny_llama(vocab_size=2048)
+    model = _guarded(base)
+    ids = _ids(5, (2, 10))
+    expected = base(input_ids=ids).logits
+    torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=0, atol=1e-5)
+    assert model.count_parameters().trainable == sum(4 * (m.in_features + m.out_features) for _, m in model.adapted_layers())
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    tuned = model(input_ids=ids).logits
+    model.merge()
+    torch.testing.assert_close(model(input_ids=ids).logits, tuned, rtol=0, atol=1e-5)
+    model.unmerge()
+    with model.adapters_disabled():
+        assert torch.equal(model(input_ids=ids).logits, expected)
+
+
+def _train(model, steps=5, lr=1e-2):
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    ids = _ids(9, (4, 16))
+    for _ in range(steps):
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("init", ["guardspace", "lora"])
+def test_protected_logits_unchanged_after_training(init):
+    base = tiny_llama(vocab_size=2048)
+    model = _guarded(base, init=init, null_threshold=0.0)
+    _train(model)
+    other = _ids(7, (1, 12))
+    with torch.no_grad():
+        for seq in _protected():
+            torch.testing.assert_close(model(input_ids=seq).logits, base(input_ids=seq).logits, rtol=0, atol=1e-4)
+        # not vacuous: inputs outside the protected set do change
+        assert (model(input_ids=other).logits - base(input_ids=other).logits).abs().max() > 1e-3
+
+
+def test_without_projector_protected_logits_drift():
+    base = tiny_llama(vocab_size=2048)
+    model = _guarded(base, projector=False)
+    _train(model)
+    seq = _protected()[0]
+    with torch.no_grad():
+        assert (model(input_ids=seq).logits - base(input_ids=seq).logits).abs().max() > 1e-3
+
+
+def test_effective_update_lies_in_the_null_space():
+    model = _guarded(tiny_llama(vocab_size=2048))
+    _train(model, steps=2)
+    for name, adapter in model.adapters_of("default").items():
+        delta = adapter.delta_weight().double()
+        Q = adapter.Q.double()
+        outside = delta - (delta @ Q.T) @ Q  # the part of the row space outside range(P)
+        assert delta.norm() > 0, name
+        assert outside.norm() <= 1e-5 * delta.norm(), name
+
+
+def test_saved_folder_loads_in_peft_and_round_trips(tmp_path):
+    peft = pytest.importorskip("peft")
+    base = tiny_llama(vocab_size=2048)
+    model = _guarded(base)
+    _train(model, steps=2)
+    ids = _ids(11, (2, 10))
+    expected = model(input_ids=ids).logits
+    model.save(tmp_path / "adapter")
+    theirs = peft.PeftModel.from_pretrained(copy.deepcopy(base), tmp_path / "adapter")
+    torch.testing.assert_close(theirs(input_ids=ids).logits, expected, rtol=0, atol=1e-5)
+    ours = load_adapter(copy.deepcopy(base), tmp_path / "adapter")
+    assert torch.equal(ours(input_ids=ids).logits, expected)
+
+
+def test_bad_input_is_a_clear_error():
+    base = tiny_llama(vocab_size=2048)
+    config = GuardSpaceConfig(r=4, target_modules=["q_proj"])
+    with pytest.raises(InvalidInputError, match="calibration statistics"):
+        add_adapter(copy.deepcopy(base), config)
+    names = find_targets(base, config)
+    full = {n: SecondMoment(torch.eye(64, dtype=torch.float64) * 100, 100) for n in names}  # spans everything
+    with pytest.raises(InvalidInputError, match="span all"):
+        add_adapter(copy.deepcopy(base), config, statistics=full)
+    wrong = {n: SecondMoment(torch.eye(8, dtype=torch.float64), 10) for n in names}
+    with pytest.raises(InvalidInputError, match="inputs"):
+        add_adapter(copy.deepcopy(base), config, statistics=wrong)
+    for bad in (dict(init="pissa"), dict(null_threshold=-1.0), dict(damping=0.0)):
+        with pytest.raises(InvalidInputError):
+            GuardSpaceConfig(target_modules=["q_proj"], **bad).validate()
