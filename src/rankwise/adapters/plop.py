@@ -1,0 +1,224 @@
+"""PLoP (Hayou, Ghosh, Yu, ICLR 2026): choose which module *types* get LoRA from normalised feature norms (NFN).
+
+For a linear module W [out, in] and its task inputs z (rows of Z [N, in]):
+    NFN(W, Z) = mean_rows ||W_bar z_hat|| / mean_rows ||W_bar r_hat||
+with W_bar = W / rms(W), z_hat = z / ||z|| and r_hat a row-normalised Gaussian draw of the same shape: 1 means "no
+more aligned with W than a random direction", > 1 aligned, < 1 anti-aligned (the official `calculate_nfn_scores`;
+the 1/sqrt(in) and rms factors cancel in the ratio, they are kept so the two parts are interpretable). Bias is
+excluded (W z, not the layer output). Padding rows are masked out (the official code averages them in; the card
+flags this as a pitfall). A module's NFN is the mean of its per-batch NFNs; a type's is the mean of its per-layer
+NFNs (the official `individual=True`). PLoP adapts the k types with the *lowest* NFN (least aligned with the task,
+most to gain); the k highest is the deliberately bad control PLoP^-1.
+
+`target_modules(...)` turns chosen types into a list that both `rankwise.adapters` and `peft.LoraConfig` accept: the
+last name component where it identifies the type (`q_proj`), otherwise the exact module names (BERT's FFN
+`output.dense` is a suffix of `attention.output.dense`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from rankwise.adapters.config import layer_index, module_type
+from rankwise.core.progress import progress
+from rankwise.errors import InvalidInputError
+
+
+@dataclass
+class NFNScores:
+    """NFN per module (`per_module`, mean over batches; `per_batch` keeps each batch's value) and per module type
+    (`per_type`: mean over layers, keyed by the type pattern, e.g. `model.layers.*.self_attn.q_proj`)."""
+
+    per_module: dict[str, float]
+    per_batch: dict[str, list[float]]
+    per_type: dict[str, float]
+    type_members: dict[str, list[str]] = field(default_factory=dict)
+
+    def ranking(self) -> list[str]:
+        """Type patterns from lowest to highest NFN (ties by name, so the order is deterministic)."""
+        return sorted(self.per_type, key=lambda t: (self.per_type[t], t))
+
+    def lowest(self, k: int) -> list[str]:
+        _check_k(k, len(self.per_type))
+        return self.ranking()[:k]
+
+    def highest(self, k: int) -> list[str]:
+        _check_k(k, len(self.per_type))
+        return self.ranking()[::-1][:k]
+
+    def subset(self, batches: Sequence[int]) -> NFNScores:
+        """Scores recomputed from only some batches (for stability checks), without another forward pass."""
+        per_module = {n: sum(v[i] for i in batches) / len(batches) for n, v in self.per_batch.items()}
+        return _aggregate(per_module, {n: [v[i] for i in batches] for n, v in self.per_batch.items()}, self.type_members)
+
+
+def _check_k(k: int, n: int) -> None:
+    if not 1 <= k <= n:
+        raise InvalidInputError(f"k must be between 1 and the number of module types ({n}), got {k}")
+
+
+def nfn_parts(weight: torch.Tensor, z: torch.Tensor, generator: torch.Generator) -> tuple[float, float]:
+    """(actual, random) mean normalised feature norms of W [out, in] on input rows z [N, in] (zero rows ignored)."""
+    z = z.detach().float()
+    z = z[z.norm(dim=1) > 0]
+    if z.size(0) == 0:
+        raise InvalidInputError("NFN needs at least one non-zero input row")
+    w = weight.detach().float()
+    w_bar = w / w.pow(2).mean().sqrt().clamp_min(1e-30)
+    scale = z.size(1) ** 0.5
+    z_hat = F.normalize(z, dim=1)
+    r_hat = F.normalize(torch.randn(z.shape, generator=generator), dim=1)
+    actual = (F.linear(z_hat, w_bar).norm(dim=1) / scale).mean()
+    random = (F.linear(r_hat, w_bar).norm(dim=1) / scale).mean()
+    return float(actual), float(random)
+
+
+def nfn(weight: torch.Tensor, z: torch.Tensor, seed: int = 0) -> float:
+    """NFN of W [out, in] on input rows z [N, in], with the random baseline drawn from `seed`."""
+    actual, random = nfn_parts(weight, z, torch.Generator().manual_seed(seed))
+    return actual / random
+
+
+def linear_modules(model: nn.Module, layers: Iterable[int] | None = None) -> list[str]:
+    """The `nn.Linear` modules PLoP scores: those inside the layer stack (so no embeddings, norms, heads)."""
+    wanted = None if layers is None else set(layers)
+    names = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and "norm" not in name.lower():
+            index = layer_index(name)
+            if index is not None and (wanted is None or index in wanted):
+                names.append(name)
+    if not names:
+        raise InvalidInputError("no nn.Linear module inside a layer stack (model.layers.<i>, encoder.layer.<i>, ...) to score")
+    return names
+
+
+@torch.no_grad()
+def nfn_scores(
+    model: nn.Module,
+    batches: Sequence[torch.Tensor | dict[str, torch.Tensor]],
+    seed: int = 0,
+    layers: Iterable[int] | None = None,
+    modules: Sequence[str] | None = None,
+    desc: str = "NFN scores",
+) -> NFNScores:
+    """NFN of every linear module in the layer stack (or `modules`), over `batches` of input ids [B, T] or dicts with
+    `input_ids` and `attention_mask` (padding rows are excluded). One forward pass per batch; hooks are removed after.
+
+    The random baseline of module m in batch b is drawn from a generator seeded by (seed, m, b), so the result does
+    not depend on module order or on which other batches are scored.
+    """
+    if not batches:
+        raise InvalidInputError("NFN scoring needs at least one batch of task inputs")
+    names = list(modules) if modules is not None else linear_modules(model, layers)
+    table = dict(model.named_modules())
+    missing = [n for n in names if not isinstance(table.get(n), nn.Linear)]
+    if missing:
+        raise InvalidInputError(f"not linear modules of this model: {missing[:3]}")
+    per_batch: dict[str, list[float]] = {n: [] for n in names}
+    state: dict[str, torch.Tensor | int | None] = {"mask": None, "batch": 0}
+
+    def hook_for(name: str):
+        def hook(module: nn.Linear, inputs: tuple) -> None:
+            z = inputs[0].reshape(-1, inputs[0].size(-1))
+            mask = state["mask"]
+            if mask is not None:
+                z = z[mask.reshape(-1).bool()]
+            gen = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode()) * 131 + int(state["batch"])) % 2**63)
+            actual, random = nfn_parts(module.weight, z, gen)
+            per_batch[name].append(actual / random)
+
+        return hook
+
+    handles = [table[n].register_forward_pre_hook(hook_for(n)) for n in names]
+    was_training = model.training
+    model.eval()
+    try:
+        for i, batch in enumerate(progress(batches, desc=desc)):
+            ids, mask = (batch["input_ids"], batch.get("attention_mask")) if isinstance(batch, dict) else (batch, None)
+            state["mask"], state["batch"] = mask, i
+            model(input_ids=ids, attention_mask=mask) if mask is not None else model(input_ids=ids)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    members: dict[str, list[str]] = {}
+    for n in names:
+        members.setdefault(module_type(n), []).append(n)
+    per_module = {n: sum(v) / len(v) for n, v in per_batch.items()}
+    return _aggregate(per_module, per_batch, members)
+
+
+def _aggregate(per_module: dict[str, float], per_batch: dict[str, list[float]], members: dict[str, list[str]]) -> NFNScores:
+    per_type = {t: sum(per_module[n] for n in ms) / len(ms) for t, ms in members.items()}  # mean of per-layer ratios
+    return NFNScores(per_module, per_batch, per_type, members)
+
+
+def short_name(type_pattern: str, all_types: Iterable[str]) -> str | None:
+    """The shortest name suffix that selects exactly this type's modules by PEFT's suffix rule, or None."""
+    parts = type_pattern.split(".")
+    others = [t for t in all_types if t != type_pattern]
+    for k in range(1, len(parts) + 1):
+        suffix = ".".join(parts[-k:])
+        if "*" in suffix:
+            return None
+        if not any(o == suffix or o.endswith("." + suffix) for o in others):
+            return suffix
+    return None
+
+
+def target_modules(scores: NFNScores, types: Sequence[str]) -> list[str]:
+    """A `target_modules` list for the chosen type patterns that our adapters and `peft.LoraConfig` both accept."""
+    out: list[str] = []
+    for t in types:
+        if t not in scores.type_members:
+            raise InvalidInputError(f"unknown module type {t!r}; scored types are {sorted(scores.type_members)}")
+        short = short_name(t, scores.type_members)
+        out.extend([short] if short else scores.type_members[t])
+    return out
+
+
+def plop_targets(scores: NFNScores, k: int = 3, inverse: bool = False) -> list[str]:
+    """PLoP's placement: the k lowest-NFN types (`inverse=True`: the k highest, the PLoP^-1 control)."""
+    return target_modules(scores, scores.highest(k) if inverse else scores.lowest(k))
+
+
+def type_label(type_pattern: str) -> str:
+    """A short display name for a type pattern (`model.layers.*.self_attn.q_proj` -> `self_attn.q_proj`)."""
+    return type_pattern.split("*.", 1)[-1]
+
+
+def kendall_tau(a: Sequence[str], b: Sequence[str]) -> float:
+    """Kendall rank correlation of two orderings of the same items (1: identical, -1: reversed)."""
+    if sorted(a) != sorted(b) or len(a) < 2:
+        raise InvalidInputError("kendall_tau needs two orderings of the same (at least 2) items")
+    pos = {x: i for i, x in enumerate(b)}
+    concordant = discordant = 0
+    for i in range(len(a)):
+        for j in range(i + 1, len(a)):
+            if pos[a[i]] < pos[a[j]]:
+                concordant += 1
+            else:
+                discordant += 1
+    return (concordant - discordant) / (concordant + discordant)
+
+
+def lora_parameters_per_rank(model: nn.Module, targets: list[str] | str, layers: list[int] | None = None) -> int:
+    """Trainable LoRA parameters per unit of rank, sum of (in + out) over the modules `targets` select."""
+    from rankwise.adapters.config import AdapterConfig, find_targets
+
+    table = dict(model.named_modules())
+    chosen = find_targets(model, AdapterConfig(r=1, target_modules=targets, layers_to_transform=layers))
+    return sum(table[n].in_features + table[n].out_features for n in chosen)
+
+
+def rank_for_budget(model: nn.Module, targets: list[str] | str, budget: int, layers: list[int] | None = None) -> int:
+    """The LoRA rank whose trainable-parameter count on `targets` is closest to `budget` (at least 1)."""
+    per_rank = lora_parameters_per_rank(model, targets, layers)
+    return max(1, round(budget / per_rank))
