@@ -77,10 +77,11 @@ def allocate_ranks(
     if not 1 <= low <= mean_rank <= high:
         raise InvalidInputError(f"rank bounds must satisfy 1 <= min_rank <= mean rank <= max_rank, got {low} <= {mean_rank} <= {high}")
     highs = [min(high, w) for w in widths]
-    tails = [tail_energies(s) for s in spectra]
+    # Scores as plain floats, precomputed per (layer, rank): the greedy loop asks for thousands of them.
+    gains = [[residual_fraction(s, tail, r) for r in range(s.numel() + 1)] for s, tail in ((s, tail_energies(s)) for s in spectra)]
 
     def priority(layer: int, rank: int) -> float:
-        gain = residual_fraction(spectra[layer], tails[layer], rank)
+        gain = gains[layer][rank]
         if score == "paper":
             return gain
         return gain * propagation_horizon(layer, num_layers) / math.sqrt(max(rank, 1) / max(low, 1))

@@ -24,7 +24,7 @@ from rankwise.compress.mla.factorize import DEFAULT_DAMPING, JOINT_METHODS, NEED
 from rankwise.compress.mla.layout import CONFIG_KEY, FORMAT, KVLayout, decoder_layers, dense_kv_weights, kv_layout
 from rankwise.compress.mla.modules import LowRankLinear
 from rankwise.core.calibration import SecondMoment
-from rankwise.core.linalg import LowRankFactors
+from rankwise.core.linalg import LowRankFactors, few_threads
 from rankwise.core.progress import progress
 from rankwise.errors import InvalidInputError, NumericalError
 
@@ -81,13 +81,15 @@ class KVDecomposition:
             raise InvalidInputError(f"kv_rank must be an integer in [1, {self.layout.kv_width}], got {kv_rank!r}")
         if self.joint:
             double = lambda r: None if r is None else 2 * r  # noqa: E731 - bounds scale with the joint width
-            ranks = allocate_ranks(self.spectra(0), 2 * kv_rank, allocation, score, double(min_rank), double(max_rank))
-            factors = [split_joint(layer[0].truncate(r), self.layout.kv_width) for layer, r in zip(self.layers, ranks)]
-            k_ranks = v_ranks = ranks
+            k_ranks = v_ranks = allocate_ranks(self.spectra(0), 2 * kv_rank, allocation, score, double(min_rank), double(max_rank))
         else:
             k_ranks = allocate_ranks(self.spectra(0), kv_rank, allocation, score, min_rank, max_rank)
             v_ranks = allocate_ranks(self.spectra(1), kv_rank, allocation, score, min_rank, max_rank)
-            factors = [(layer[0].truncate(rk), layer[1].truncate(rv)) for layer, rk, rv in zip(self.layers, k_ranks, v_ranks)]
+        with few_threads():
+            if self.joint:
+                factors = [split_joint(layer[0].truncate(r), self.layout.kv_width) for layer, r in zip(self.layers, k_ranks)]
+            else:
+                factors = [(layer[0].truncate(rk), layer[1].truncate(rv)) for layer, rk, rv in zip(self.layers, k_ranks, v_ranks)]
         for i, pair in enumerate(factors):
             if not all(torch.isfinite(f.down).all() and torch.isfinite(f.up).all() for f in pair):
                 raise NumericalError(f"layer {i}: the {self.method} factors are not finite; increase the damping")
@@ -110,11 +112,12 @@ def decompose_kv(model: nn.Module, method: str = "care", calibration: Calibratio
         moments = kv_input_moments(model, calibration, use_cache=use_cache)
     damping = DEFAULT_DAMPING[method] if damping is None else float(damping)
     layers = []
-    for i in progress(range(layout.num_layers), desc=f"factorizing K/V ({method})"):
-        w_k, w_v = dense_kv_weights(model, i)
-        if not (torch.isfinite(w_k).all() and torch.isfinite(w_v).all()):
-            raise NumericalError(f"layer {i}: k_proj or v_proj weights contain NaN or Inf")
-        layers.append(decompose_layer(w_k, w_v, method, moments[i], damping))
+    with few_threads():
+        for i in progress(range(layout.num_layers), desc=f"factorizing K/V ({method})"):
+            w_k, w_v = dense_kv_weights(model, i)
+            if not (torch.isfinite(w_k).all() and torch.isfinite(w_v).all()):
+                raise NumericalError(f"layer {i}: k_proj or v_proj weights contain NaN or Inf")
+            layers.append(decompose_layer(w_k, w_v, method, moments[i], damping))
     return KVDecomposition(layout, method, damping, layers)
 
 
