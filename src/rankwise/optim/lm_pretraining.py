@@ -85,7 +85,7 @@ def pretrain_causal_lm(
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        run.train_curve.append((step + 1, float(loss)))
+        run.train_curve.append((step + 1, loss.item()))
         run.tokens_seen += batch.numel()
         if (step + 1) % eval_every == 0 or step + 1 == steps:
             run.eval_curve.append((step + 1, perplexity(model, eval_windows, batch_size=8, desc="eval").mean_nll))

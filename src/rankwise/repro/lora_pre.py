@@ -48,13 +48,15 @@ class Setup:
     eval_windows: int
     val_windows: int
     eval_every: int
+    train_split: str = "train"
 
 
 SETUPS = {
-    "smoke": Setup(32, 4, 200, 50, hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seq_len=32, batch=2,
-                   steps=4, rank=8, lrs=(3e-3,), eval_windows=2, val_windows=2, eval_every=2),
+    # smoke trains on the small calibration split (plumbing only; tokenizing the train split takes seconds)
+    "smoke": Setup(32, 4, 100, 25, hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seq_len=32, batch=2,
+                   steps=3, rank=8, lrs=(3e-3,), eval_windows=2, val_windows=2, eval_every=2, train_split="calibration"),
     "full": Setup(256, 8, 2000, 200, hidden=160, layers=4, heads=5, kv_heads=5, intermediate=432, seq_len=128,
-                  batch=8, steps=60, rank=32, lrs=(3e-3, 1e-2), eval_windows=48, val_windows=24, eval_every=10),
+                  batch=8, steps=60, rank=32, lrs=(3e-3, 1e-2), eval_windows=48, val_windows=24, eval_every=20),
 }
 GALORE_SCALE = 0.25  # GaLore's default scale for LLaMA pretraining
 GALORE_REFRESHES = 6  # projector refreshes per run (the card: gap 200 over 1200 steps)
@@ -136,7 +138,7 @@ def _model(s: Setup, seed: int) -> torch.nn.Module:
 
 def _pretraining_experiment(report: Report, s: Setup, seed: int) -> dict[str, PretrainRun]:
     tokenizer = load_smollm2_tokenizer()
-    train = token_windows(tokenizer, "train", s.seq_len)
+    train = token_windows(tokenizer, s.train_split, s.seq_len)
     val = token_windows(tokenizer, "calibration", s.seq_len, s.val_windows)
     held_out = token_windows(tokenizer, "eval", s.seq_len, s.eval_windows)
     probe = _model(s, seed)
