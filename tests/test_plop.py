@@ -54,7 +54,7 @@ def test_deterministic_and_hooks_removed():
     b = nfn_scores(model, _batches(), seed=4)
     assert a.per_module == b.per_module
     assert nfn_scores(model, _batches(), seed=5).per_module != a.per_module
-    assert all(not m._forward_pre_hooks for m in model.modules())
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert len(a.per_type) == 7 and len(a.per_module) == 21
 
 
