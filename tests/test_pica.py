@@ -104,3 +104,19 @@ def test_random_subspace_is_orthonormal_and_seeded():
     for (name, x), y in zip(a.adapters_of("default").items(), b.adapters_of("default").values()):
         assert torch.equal(x.P, y.P), name
         torch.testing.assert_close(x.P @ x.P.T, torch.eye(5), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("shape", [(48, 32), (32, 48), (40, 40)])
+def test_top_singular_matches_full_svd(shape):
+    from rankwise.adapters.spectral import top_singular
+
+    w = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    u, s, vh = top_singular(w, 7)
+    U, S, Vh = torch.linalg.svd(w, full_matrices=False)
+    torch.testing.assert_close(s, S[:7])
+    torch.testing.assert_close(vh.T @ vh, Vh[:7].T @ Vh[:7])  # same subspace (signs are arbitrary)
+    torch.testing.assert_close(u @ torch.diag(s) @ vh, U[:, :7] @ torch.diag(S[:7]) @ Vh[:7])
+    low = torch.zeros(6, 5, dtype=torch.float64)
+    low[0, 0] = 1.0  # rank 1: the requested second singular value is zero -> full-SVD fallback stays correct
+    u2, s2, vh2 = top_singular(low, 2)
+    torch.testing.assert_close(u2 @ torch.diag(s2) @ vh2, low)

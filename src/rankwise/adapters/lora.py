@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from rankwise.adapters.base import Adapter, AdapterSite, LoraFactors, register_adapter
 from rankwise.adapters.config import AdapterConfig
+from rankwise.adapters.spectral import top_singular
 from rankwise.errors import InvalidInputError
 
 LORA_INITS = ("default", "gaussian", "pissa")
@@ -107,7 +108,7 @@ class LoraAdapter(Adapter):
 
 def pissa_factors(weight: torch.Tensor, r: int, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Principal singular factors of W [out, in]: A = sqrt(S_r/s) Vh_r [r, in], B = U_r sqrt(S_r/s) [out, r], so that
-    s * B @ A is the best rank-r approximation of W. SVD in float64 for accuracy, returned in W's dtype."""
-    U, S, Vh = torch.linalg.svd(weight.detach().double(), full_matrices=False)
-    root = (S[:r] / scaling).sqrt()
-    return (root[:, None] * Vh[:r]).to(weight.dtype), (U[:, :r] * root[None, :]).to(weight.dtype)
+    s * B @ A is the best rank-r approximation of W. Computed in float64, returned in W's dtype."""
+    U, S, Vh = top_singular(weight, r)
+    root = (S / scaling).sqrt()
+    return (root[:, None] * Vh).to(weight.dtype), (U * root[None, :]).to(weight.dtype)

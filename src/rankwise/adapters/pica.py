@@ -21,6 +21,7 @@ from torch.nn import functional as F
 
 from rankwise.adapters.base import Adapter, AdapterSite, LoraFactors, register_adapter
 from rankwise.adapters.config import AdapterConfig
+from rankwise.adapters.spectral import top_singular
 from rankwise.errors import InvalidInputError
 
 PICA_SUBSPACES = ("principal", "random")
@@ -72,9 +73,9 @@ class PicaAdapter(Adapter):
 
 
 def principal_projector(weight: torch.Tensor, r: int) -> torch.Tensor:
-    """Top-r right singular vectors of W [out, in] as rows: P [r, in] with orthonormal rows (SVD in float64)."""
-    _, _, Vh = torch.linalg.svd(weight.detach().double(), full_matrices=False)
-    return Vh[:r].to(weight.dtype)
+    """Top-r right singular vectors of W [out, in] as rows: P [r, in] with orthonormal rows (float64 inside)."""
+    _, _, vh = top_singular(weight, r)
+    return vh.to(weight.dtype)
 
 
 def random_projector(r: int, d_in: int, seed: int, module_name: str) -> torch.Tensor:

@@ -1,0 +1,108 @@
+"""`rankwise finetune --model minilm-l6 --task wiki-topics --method pica --rank 8 --out DIR`
+
+Fine-tunes an embedded model with any registered adapter method and writes to DIR:
+  adapter/         a PEFT folder (peft.PeftModel.from_pretrained(base, DIR/adapter) loads it) + rankwise state
+  head.safetensors the classification head (classification tasks only)
+  metrics.json     parameter counts, final evaluation, loss history
+  checkpoint/      the last training checkpoint; rerunning the same command resumes from it
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+TASKS = ("wiki-topics", "wiki-lm")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from rankwise.training.methods import available_methods
+
+    p = sub.add_parser("finetune", help="fine-tune an embedded model with an adapter method (LoRA, PiCa, ...)")
+    p.add_argument("--model", required=True, help="smollm2-135m, minilm-l6, or a transformers folder")
+    p.add_argument("--task", required=True, choices=TASKS, help="wiki-topics: 12-class topic classification; wiki-lm: language modelling")
+    p.add_argument("--method", required=True, choices=available_methods())
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--targets", default=None, help="comma-separated module names (PEFT target_modules); default: the architecture's attention+MLP projections")
+    p.add_argument("--targets-regex", default=None, help="a regex that must match whole module names (instead of --targets)")
+    p.add_argument("--top-k-layers", type=int, default=None, help="adapt only the top K transformer layers (shorter backward)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method-specific config field, e.g. lora_alpha=16 or share=False")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--warmup-ratio", type=float, default=0.1)
+    p.add_argument("--seq-len", type=int, default=64, help="tokens per example (LM window / classification truncation)")
+    p.add_argument("--train-examples", type=int, default=None, help="use an evenly spaced subset of the training split")
+    p.add_argument("--eval-examples", type=int, default=256)
+    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint in --out")
+    p.set_defaults(func=run)
+
+
+def parse_options(items: list[str]) -> dict:
+    from rankwise.errors import InvalidInputError
+
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInputError(f"--option takes KEY=VALUE, got {item!r}")
+        try:
+            options[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            options[key] = value  # a plain string such as init=pissa
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankwise.adapters import adapter_type
+    from rankwise.core.io import save_tensors_atomic, write_json_atomic
+    from rankwise.core.progress import say
+    from rankwise.core.seed import set_seed
+    from rankwise.data import token_windows
+    from rankwise.errors import InvalidInputError
+    from rankwise.models import load_model
+    from rankwise.training import LanguageModelingTask, TrainConfig, adapt, summary, topic_classification, train
+
+    if args.targets and args.targets_regex:
+        raise InvalidInputError("give --targets or --targets-regex, not both")
+    out = Path(args.out)
+    set_seed(args.seed)
+    model, tokenizer = load_model(args.model)
+    if args.task == "wiki-lm":
+        if not hasattr(model, "lm_head"):
+            raise InvalidInputError(f"--task wiki-lm needs a causal language model (e.g. smollm2-135m), not {args.model}")
+        task = LanguageModelingTask.from_wiki(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
+    else:
+        task = topic_classification(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
+    targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else None)
+    # Calibration data (disjoint from train and eval) only for methods that build from input statistics.
+    needs = adapter_type(args.method).needs_statistics
+    calibration = list(token_windows(tokenizer, "calibration", args.seq_len, 32).split(8)) if needs else None
+    adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **parse_options(args.option))
+    module = task.wrap(adapted)
+    counts = adapted.count_parameters()
+    say(f"{args.method} r={args.rank} on {args.model}: {counts}")
+    config = TrainConfig(
+        steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
+        warmup_ratio=args.warmup_ratio, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
+    )
+    result = train(module, task, config, out_dir=out, resume=not args.no_resume)
+    adapted.save(out / "adapter", base_model_name_or_path=args.model)
+    if module is not adapted:
+        save_tensors_atomic(out / "head.safetensors", {k: v for k, v in module.head.state_dict().items()})
+    trainable_total = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    write_json_atomic(out / "metrics.json", {
+        "model": args.model, "task": args.task, "method": args.method, "rank": args.rank,
+        "adapter_parameters": counts.trainable, "trainable_parameters": trainable_total, **summary(result),
+    })
+    metric = task.metric
+    print(f"{args.method} r={args.rank}: {metric} {result.final[metric]:.4f} after {result.steps} steps "
+          f"({counts.trainable:,} adapter parameters); wrote {out}")
+    return 0

@@ -1,0 +1,41 @@
+"""`rankwise finetune` end to end on the embedded MiniLM (a few steps), and its bad-input handling."""
+
+import json
+
+import pytest
+import torch
+
+from rankwise.cli import main
+
+ARGS = ["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--rank", "4", "--steps", "2", "--batch-size", "4",
+        "--train-examples", "16", "--eval-examples", "8", "--seq-len", "16", "--checkpoint-every", "1"]
+
+
+@pytest.mark.real_model
+def test_finetune_writes_a_peft_folder_and_resumes(tmp_path, capsys):
+    peft = pytest.importorskip("peft")
+    from rankwise.adapters import load_adapter
+    from rankwise.models import load_model
+
+    out = tmp_path / "run"
+    assert main([*ARGS, "--method", "pica", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["adapter_parameters"] == 4 * (3 * 384 + 1536 + 2 * 384)  # shared per module type
+    assert len(metrics["history"]) == 2 and (out / "head.safetensors").is_file()
+    base, tok = load_model("minilm-l6")
+    ids = tok(["A river in France."], return_tensors="pt")
+    ours = load_adapter(load_model("minilm-l6")[0], out / "adapter")
+    theirs = peft.PeftModel.from_pretrained(base, out / "adapter")
+    torch.testing.assert_close(theirs(**ids).last_hidden_state, ours(**ids).last_hidden_state, rtol=0, atol=1e-5)
+    # the same command again resumes from the step-2 checkpoint: nothing left to train, same result
+    assert main([*ARGS, "--method", "pica", "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text())["resumed_from"] == 2
+
+
+def test_finetune_bad_input_is_a_clear_error(tmp_path, capsys):
+    assert main([*ARGS, "--method", "lora", "--rank", "999", "--out", str(tmp_path / "a")]) == 2
+    assert "exceeds min(in, out)=384" in capsys.readouterr().err
+    assert main([*ARGS, "--method", "lora", "--targets", "nonexistent", "--out", str(tmp_path / "b")]) == 2
+    assert "no nn.Linear module matched" in capsys.readouterr().err
+    assert main([*ARGS, "--method", "lora", "--task", "wiki-lm", "--out", str(tmp_path / "c")]) == 2
+    assert "needs a causal language model" in capsys.readouterr().err
