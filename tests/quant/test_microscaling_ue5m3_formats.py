@@ -140,3 +140,18 @@ def test_property_fast_and_reference_encoders_agree_and_round_to_nearest(fmt, va
     inside = x.double().abs() <= fmt.max
     assert torch.all((x.double() - got).abs()[inside] <= best[inside])
     assert torch.all(got[~inside].abs() == fmt.max)
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.name)
+def test_fast_encoder_equals_brute_force_on_dense_adversarial_values(fmt):
+    mags = fmt.magnitudes[: fmt.max_code + 1]
+    mids = (mags[1:] + mags[:-1]) / 2
+    g = torch.Generator().manual_seed(0)
+    lo = max(fmt.min_positive / 4, 1e-300)
+    log_uniform = torch.exp(torch.empty(20000, dtype=torch.float64).uniform_(math.log(lo), math.log(fmt.max * 4), generator=g))[:5000]
+    x = torch.cat([mags, mids, torch.nextafter(mids, mids + 1), torch.nextafter(mids, mids - 1), log_uniform,
+                   torch.tensor([0.0, fmt.max * 2, 1e300])])
+    for dtype in (torch.float64, torch.float32):
+        xs = x.to(dtype)
+        xs = torch.cat([xs, -xs]) if fmt.signed else xs
+        assert torch.equal(fmt.encode(xs), fmt.encode_reference(xs)), dtype

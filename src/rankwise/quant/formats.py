@@ -14,8 +14,8 @@ Encoding rounds to nearest with ties to the even code (the even mantissa; for mb
 goes to the larger power of two, which is what torch's float8_e8m0fnu cast does). Finite values beyond the largest
 finite value saturate to it (``saturate=True``, the default) or, like an IEEE cast, become Inf/NaN.
 
-Two encoders live here: `encode` (fast: a binary search over the sorted finite values of the format) and
-`encode_reference` (readable: exponent/significand arithmetic via frexp). Tests check they agree everywhere.
+Two encoders live here: `encode` (fast: comparisons against the midpoints for FP4, exponent/significand
+arithmetic for 8-bit formats) and `encode_reference` (brute-force nearest value). Tests check they agree.
 """
 
 from __future__ import annotations
@@ -147,16 +147,7 @@ class FloatFormat:
             self._cache[key] = self.values.to(dtype)
         return self._cache[key]
 
-    # ---- encode (fast path) -------------------------------------------------------------------------------------
-    def _midpoints(self, dtype: torch.dtype) -> torch.Tensor:
-        """Midpoints between consecutive finite magnitudes. They have one bit more than the format, so they are
-        exact in float32 for every format here (checked in tests)."""
-        key = ("mid", dtype)
-        if key not in self._cache:
-            mags = self.magnitudes[: self.max_code + 1]
-            self._cache[key] = ((mags[1:] + mags[:-1]) / 2).to(dtype)
-        return self._cache[key]
-
+    # ---- encode -------------------------------------------------------------------------------------------------
     def encode(self, x: torch.Tensor, saturate: bool = True) -> torch.Tensor:
         """Values (float32 or float64, any shape) -> uint8 codes, round to nearest, ties to even.
 
@@ -165,45 +156,75 @@ class FloatFormat:
         a format without one raises `NumericalError`. Negative values in an unsigned format raise (-0 encodes as 0).
         The sign of a value that rounds to zero is kept (-0.1 -> -0 in FP4), as hardware and torchao do.
         """
-        if not x.dtype.is_floating_point:
-            raise InvalidInputError(f"{self.name}.encode wants floating-point values, got {x.dtype}")
-        if x.dtype not in (torch.float32, torch.float64):
-            x = x.float()
+        x = self._check_input(x)
         a = x.abs()
-        nan = torch.isnan(x)
-        mag = self._round_magnitude(a)
-        mag = self._handle_overflow(mag, a, saturate)
-        code = mag
-        if self.signed:
-            code = code | (torch.signbit(x).to(code.dtype) << (self.ebits + self.mbits))
-        else:
-            self._reject_negative(x)
-        if nan.any():
-            if self.nan_code is None:
-                raise NumericalError(f"{self.name} has no NaN code, but {int(nan.sum())} input value(s) are NaN")
-            code = torch.where(nan, torch.full_like(code, self.nan_code), code)
-        return code.to(torch.uint8)
+        mag = self._round_by_comparisons(a) if self.max_code <= 15 else self._round_by_arithmetic(a)
+        return self._finish(x, self._handle_overflow(mag, a, saturate))
 
-    def _round_magnitude(self, a: torch.Tensor) -> torch.Tensor:
-        """Magnitudes -> magnitude codes (uint8 for few codes, int64 otherwise), nearest with ties to even; values
-        past the last midpoint (and Inf) map to max_code. NaN maps to an arbitrary code, replaced by the caller."""
-        mids = self._midpoints(a.dtype)
-        if len(mids) <= 15:
-            # Few codes (FP4): one comparison per midpoint is much faster than a binary search. Midpoint i separates
-            # codes i and i + 1; a tie goes up when i + 1 is the even code (or always, for mbits = 0).
-            mag = torch.zeros(a.shape, dtype=torch.uint8)
-            for i, mid in enumerate(mids.tolist()):
-                up = (i % 2 == 1) or self.mbits == 0
-                mag += (a >= mid) if up else (a > mid)
-            return mag
-        mag = torch.bucketize(a, mids, right=False)  # a == mids[i] lands on code i (the lower neighbour)
-        tie = (mag < len(mids)) & (a == mids[mag.clamp_max(len(mids) - 1)])
-        to_upper = (mag % 2 == 1) if self.mbits > 0 else torch.ones_like(tie)
-        return torch.where(tie & to_upper, mag + 1, mag)
+    def encode_reference(self, x: torch.Tensor, saturate: bool = True) -> torch.Tensor:
+        """Same contract as `encode`, by brute force: the nearest entry of the value table (ties: even code; for
+        mbits = 0, the larger value). Slow and memory-hungry, obviously right; tests check `encode` against it."""
+        x = self._check_input(x).double()
+        a = x.abs().reshape(-1)
+        mags = self.magnitudes[: self.max_code + 1]
+        codes = torch.arange(len(mags))
+        preference = codes.double() if self.mbits == 0 else (codes % 2 == 0).double()  # the tie-break
+        out = []
+        for chunk in a.split(4096):
+            dist = (chunk.unsqueeze(1) - mags.unsqueeze(0)).abs()
+            best = dist == dist.min(dim=1, keepdim=True).values
+            out.append(torch.argmax(best.double() * (1 + preference / (len(mags) + 1)), dim=1))
+        mag = torch.cat(out).reshape(x.shape) if out else torch.zeros(x.shape, dtype=torch.long)
+        # past max the nearest value is max (and float64 distances to huge values would all look equal)
+        mag = torch.where(x.abs() > self.max, torch.full_like(mag, self.max_code), mag)
+        return self._finish(x, self._handle_overflow(mag, x.abs(), saturate))
+
+    def round(self, x: torch.Tensor, saturate: bool = True) -> torch.Tensor:
+        """Round values onto the format's grid (encode then decode), same dtype as `x`."""
+        return self.decode(self.encode(x, saturate), dtype=x.dtype)
+
+    def _check_input(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+            raise InvalidInputError(f"{self.name}.encode wants a floating-point tensor, got {getattr(x, 'dtype', type(x))}")
+        return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+    def _round_by_comparisons(self, a: torch.Tensor) -> torch.Tensor:
+        """Few codes (FP4): one comparison per midpoint between neighbouring values, counted into a uint8. Midpoint i
+        separates codes i and i + 1; a tie goes up when i + 1 is the even code (always, for mbits = 0). Values past
+        the last midpoint, Inf included, land on max_code. Midpoints have one bit more than the format, so they are
+        exact in float32 (checked in tests)."""
+        mags = self.magnitudes[: self.max_code + 1]
+        mids = ((mags[1:] + mags[:-1]) / 2).tolist()
+        mag = torch.zeros(a.shape, dtype=torch.uint8)
+        for i, mid in enumerate(mids):
+            mag += (a >= mid) if (i % 2 == 1 or self.mbits == 0) else (a > mid)
+        return mag
+
+    def _round_by_arithmetic(self, a: torch.Tensor) -> torch.Tensor:
+        """Many codes (8-bit formats): exponent from frexp (exact), significand rounded half-to-even in float64,
+        carry into the exponent, subnormals below the smallest normal exponent; beyond max (and Inf) -> max_code."""
+        a = a.double()
+        _, e2 = torch.frexp(a)  # a = f * 2^e2 with f in [0.5, 1), so floor(log2 a) = e2 - 1 exactly
+        emin = (1 if self.subnormals else 0) - self.bias
+        e = torch.where(a > 0, torch.clamp(e2.long() - 1, min=emin), emin)  # zero: smallest exponent
+        scaled = torch.ldexp(a, (self.mbits - e).double())  # significand with its hidden bit, before rounding (exact)
+        q = torch.round(scaled)  # half to even
+        if self.mbits == 0:  # exponent-only formats: ties go up (see module docstring)
+            q = torch.where(scaled - torch.floor(scaled) == 0.5, torch.floor(scaled) + 1, q)
+        carry = q >= (1 << (self.mbits + 1))
+        e = torch.where(carry, e + 1, e)
+        q = torch.where(carry, q / 2, q)
+        if not self.subnormals:  # no zero: everything below the smallest value rounds up to it
+            q = torch.clamp(q, min=1 << self.mbits)
+        normal = q >= (1 << self.mbits)
+        mant = torch.where(normal, q - (1 << self.mbits), q).nan_to_num(0).long()
+        mag = (torch.where(normal, e + self.bias, torch.zeros_like(e)) << self.mbits) | mant
+        over = (torch.ldexp(q, (e - self.mbits).double()) > self.max) | torch.isinf(a)
+        return torch.where(over, torch.full_like(mag, self.max_code), mag)
 
     def _handle_overflow(self, mag: torch.Tensor, a: torch.Tensor, saturate: bool) -> torch.Tensor:
-        # bucketize already maps everything past the last midpoint to max_code; only the non-saturating cast of an
-        # IEEE-style overflow (value rounds beyond max, or is Inf) needs another code.
+        """Saturation is already done (beyond max -> max_code); a non-saturating, IEEE-style cast instead turns a
+        value that rounds past max (or Inf) into the Inf code, else the NaN code, else refuses."""
         if saturate:
             return mag
         step = float(self.magnitudes[self.max_code]) - float(self.magnitudes[self.max_code - 1])
@@ -218,58 +239,22 @@ class FloatFormat:
                                     f"no Inf/NaN code; encode with saturate=True")
         return torch.where(over, torch.full_like(mag, special), mag)
 
-    def _reject_negative(self, x: torch.Tensor) -> None:
-        negative = x < 0
-        if negative.any():
-            raise InvalidInputError(f"{self.name} is unsigned but {int(negative.sum())} value(s) are negative "
-                                    f"(e.g. {float(x[negative].flatten()[0]):g}); pass magnitudes")
-
-    # ---- encode (reference path) --------------------------------------------------------------------------------
-    def encode_reference(self, x: torch.Tensor, saturate: bool = True) -> torch.Tensor:
-        """Same contract as `encode`, by explicit exponent / significand arithmetic in float64 (slow, readable)."""
-        x64 = x.double()
-        a = x64.abs()
-        _, e2 = torch.frexp(a)  # a = f * 2^e2 with f in [0.5, 1): floor(log2 a) = e2 - 1 exactly
-        emin = (1 if self.subnormals else 0) - self.bias
-        e = torch.clamp(e2 - 1, min=emin)
-        e = torch.where(a == 0, torch.full_like(e, emin), e)
-        scaled = torch.ldexp(a, (self.mbits - e).double())  # the significand, hidden bit included, before rounding
-        q = torch.round(scaled)  # torch.round rounds half to even
-        if self.mbits == 0:  # exponent-only formats: ties go up (see module docstring)
-            q = torch.where(scaled - torch.floor(scaled) == 0.5, torch.floor(scaled) + 1, q)
-        carry = q >= (1 << (self.mbits + 1))
-        e = torch.where(carry, e + 1, e)
-        q = torch.where(carry, q / 2, q)
-        if not self.subnormals:  # no zero: everything below the smallest value rounds up to it
-            q = torch.clamp(q, min=1 << self.mbits)
-        normal = q >= (1 << self.mbits)
-        ebiased = torch.where(normal, e + self.bias, torch.zeros_like(e))
-        mant = torch.where(normal, q - (1 << self.mbits), q).long()
-        mag = (ebiased.long() << self.mbits) | mant
-        value = torch.ldexp(q, (e - self.mbits).double())
-        over = (value > self.max) | torch.isinf(a)
-        if saturate:
-            mag = torch.where(over, torch.full_like(mag, self.max_code), mag)
-        elif over.any():
-            special = self.inf_code if self.inf_code is not None else self.nan_code
-            if special is None:
-                raise InvalidInputError(f"value(s) exceed {self.name}'s max and it has no Inf/NaN code")
-            mag = torch.where(over, torch.full_like(mag, special), mag)
+    def _finish(self, x: torch.Tensor, mag: torch.Tensor) -> torch.Tensor:
+        """Magnitude codes -> codes: add the sign bit, reject negatives in unsigned formats, map NaN."""
         code = mag
         if self.signed:
-            code = torch.where(torch.signbit(x64), code | self.sign_bit, code)
+            code = code | (torch.signbit(x).to(code.dtype) << (self.ebits + self.mbits))
         else:
-            self._reject_negative(x64)
-        nan = torch.isnan(x64)
+            negative = x < 0
+            if negative.any():
+                raise InvalidInputError(f"{self.name} is unsigned but {int(negative.sum())} value(s) are negative "
+                                        f"(e.g. {float(x[negative].flatten()[0]):g}); pass magnitudes")
+        nan = torch.isnan(x)
         if nan.any():
             if self.nan_code is None:
-                raise NumericalError(f"{self.name} has no NaN code, but input value(s) are NaN")
+                raise NumericalError(f"{self.name} has no NaN code, but {int(nan.sum())} input value(s) are NaN")
             code = torch.where(nan, torch.full_like(code, self.nan_code), code)
         return code.to(torch.uint8)
-
-    def round(self, x: torch.Tensor, saturate: bool = True) -> torch.Tensor:
-        """Round values onto the format's grid (encode then decode), same dtype as `x`."""
-        return self.decode(self.encode(x, saturate), dtype=x.dtype)
 
 
 # Elements
