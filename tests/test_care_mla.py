@@ -143,3 +143,36 @@ def test_bad_calibration_is_refused_and_nothing_is_changed(model, calibration, t
     with pytest.raises(InvalidInputError):
         save_mla(model, tmp_path / "never")
     assert not (tmp_path / "never").exists()
+
+
+def test_cli_converts_saves_and_reloads(model, tokenizer, tmp_path, capsys):
+    from rankwise.cli import main
+
+    source = tmp_path / "tiny"
+    model.save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    out = tmp_path / "converted"
+    code = main(["--quiet", "convert", "mla", "--model", str(source), "--kv-rank", "8", "--method", "care", "--allocation", "adjusted",
+                 "--calib-samples", "16", "--calib-seq-len", "16", "--eval-windows", "1", "--seq-len", "32", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0 and "KV-cache saving: 75.0%" in printed and "before ->" in printed
+    reloaded, _ = load_model(out)
+    assert mla_info(reloaded)["method"] == "care" and sum(mla_info(reloaded)["k_ranks"]) == 16
+    assert main(["--quiet", "convert", "mla", "--model", str(source), "--kv-rank", "32", "--out", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.real_model
+def test_smollm2_care_beats_svd_on_activation_error(smollm2):
+    model, tokenizer = smollm2
+    from rankwise.compress.mla import calibration_windows
+
+    moments = kv_input_moments(model, calibration_windows(tokenizer, samples=32), use_cache=False)
+    care = decompose_kv(model, "care", moments, damping=0.0).plan(48)
+    plain = decompose_kv(model, "svd").plan(48)
+    care_errors, svd_errors = activation_errors(model, care, moments), activation_errors(model, plain, moments)
+    assert all(c.k <= s.k + 1e-9 and c.v <= s.v + 1e-9 for c, s in zip(care_errors, svd_errors))
+    converted = apply_plan(model, care)
+    assert kv_saving(converted) == pytest.approx(0.75)
+    with torch.no_grad():
+        assert torch.isfinite(converted(input_ids=torch.arange(100, 164)[None]).logits).all()
