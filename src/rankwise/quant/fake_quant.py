@@ -12,7 +12,7 @@ from torch import nn
 
 from rankwise.core.progress import progress
 from rankwise.errors import InvalidInputError
-from rankwise.quant.block import BlockRecipe, quantize
+from rankwise.quant.block import BlockRecipe, quant_threads, quantize
 
 
 def fake_quantize(x: torch.Tensor, recipe: BlockRecipe, pad: bool = True) -> torch.Tensor:
@@ -103,9 +103,10 @@ def quantize_linears_(model: nn.Module, recipe: BlockRecipe, activations: BlockR
     stats = {}
     for name, linear in progress(layers, desc=f"quantize {recipe.name}"):
         w = linear.weight
-        w_hat = fake_quantize(w.float() * scale_weights, recipe) / scale_weights
-        stats[name] = error_stats(w, w_hat)
-        w.copy_(w_hat.to(w.dtype))
+        with quant_threads():
+            w_hat = fake_quantize(w.float() * scale_weights, recipe) / scale_weights
+            stats[name] = error_stats(w, w_hat)
+            w.copy_(w_hat.to(w.dtype))
         if activations is not None:
             parent_name, _, child = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model

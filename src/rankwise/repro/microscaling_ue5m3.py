@@ -21,7 +21,7 @@ import torch
 from rankwise.core.progress import progress, say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
-from rankwise.quant.block import get_recipe, global_scale_for
+from rankwise.quant.block import get_recipe, global_scale_for, quant_threads
 from rankwise.quant.error_model import gaussian_terms, measured_terms, predict_tensor
 from rankwise.quant.fake_quant import error_stats, fake_quantize, quantizable_linears, quantize_linears_, total_error
 
@@ -50,13 +50,14 @@ class Plan:
     ppl_windows: int
     seq_len: int
     error_model_layers: tuple[int, ...]  # MiniLM encoder layers whose tensors get the per-tensor error model
+    error_model_ks: tuple[int, ...]
 
 
 PLANS = {
-    "smoke": Plan(tuple(np.geomspace(1e-4, 10**-0.5, 6)), (8, 16, 32), 2**13, (8, 16, 32), (1.0, 0.03), 1,
-                  (8, 16), (1.0, 0.03), 8, (8, 16), 2, 64, (0,)),
+    "smoke": Plan(tuple(np.geomspace(1e-4, 10**-0.5, 4)), (8, 16), 2**12, (8, 16), (1.0, 0.03), 1,
+                  (8, 16), (0.03,), 4, (8,), 1, 32, (0,), (8,)),
     "full": Plan(tuple(np.geomspace(1e-4, 10**-0.5, 30)), (4, 8, 16, 32), 2**18, (8, 16, 32, 64, 128),
-                 (1.0, 0.1, 0.03), 6, (8, 16, 32, 64), (1.0, 0.03), 96, (8, 16, 32), 6, 512, (0, 5)),
+                 (1.0, 0.1, 0.03), 6, (8, 16, 32, 64), (1.0, 0.03), 96, (8, 16, 32), 6, 512, (0, 5), (8, 16)),
 }
 
 
@@ -64,12 +65,13 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     report = Report(SLUG, TITLE, size, seed)
     plan = PLANS[size]
     set_seed(seed)
-    synthetic(report, plan, seed)
     bert, bert_tok, llama, llama_tok = _models(size, seed)
-    weights_sweep(report, plan, "MiniLM", _encoder_weights(bert), plan.alphas)
-    smol = [(n, w) for n, w in _llama_weights(llama) if _layer_index(n) % plan.smol_layer_stride == 0]
-    weights_sweep(report, plan, "SmolLM2", smol, (1.0,))
-    error_model_table(report, plan, bert)
+    with quant_threads():  # elementwise work: see QUANT_NUM_THREADS; model forwards below keep torch's threads
+        synthetic(report, plan, seed)
+        weights_sweep(report, plan, "MiniLM", _encoder_weights(bert), plan.alphas)
+        smol = [(n, w) for n, w in _llama_weights(llama) if _layer_index(n) % plan.smol_layer_stride == 0]
+        weights_sweep(report, plan, "SmolLM2", smol, (1.0,))
+        error_model_table(report, plan, bert)
     embedding_fidelity(report, plan, bert, bert_tok)
     perplexity_sweep(report, plan, llama, llama_tok)
     report.note("FP4 E2M1 elements throughout; weight-only fake quantization of every nn.Linear (SmolLM2's tied "
@@ -171,9 +173,9 @@ def error_model_table(report: Report, plan: Plan, bert) -> None:
     table = report.table("B. error model per tensor vs measured (MiniLM weights; MSE summed over the tensors)",
                          ["alpha", "scale", "k", "measured MSE", "predicted MSE", "predicted/measured",
                           "per-tensor ratio min", "per-tensor ratio max", "measured zero-block share"])
-    for alpha in (1.0, min(plan.embed_alphas)):
+    for alpha in sorted({1.0, min(plan.embed_alphas)}, reverse=True):
         for scale in MODEL_SCALES:
-            for k in (8, 16):
+            for k in plan.error_model_ks:
                 preds = [predict_tensor(w * alpha, get_recipe(SCALES[scale], k), sigma_points=8, points=1500)
                          for _, w in tensors]
                 meas = sum(p.measured.total for p in preds)
