@@ -130,7 +130,7 @@ METHODS: tuple[Method, ...] = (
     M("palc", "PALC: Preference Alignment via Logit Calibration", "training"),
     M("peso", "Continual Low-Rank Adapters for LLM-based Generative Recommender Systems", "adapters"),
     M("pft-fer", "Personalized Feature Translation for Expression Recognition: An Efficient Source-Free Domain Adaptation Method", "training"),
-    M("pica", "PiCa: Parameter-Efficient Fine-Tuning with Column Space Projection", "adapters"),
+    M("pica", "PiCa: Parameter-Efficient Fine-Tuning with Column Space Projection", "adapters", "rankwise.adapters:PicaConfig", "rankwise.adapters:add_adapter", "rankwise.training:train"),
     M("plop", "PLoP: Precise LoRA Placement for Efficient Finetuning of Large Models", "adapters"),
     M("portable-adapter", "CAR-LoRA: Training Compression-Aware and Robust LoRA Adapters for Evolving LLMs", "adapters"),
     M("quantized-relu-training", "Tractability via Low Dimensionality: The Parameterized Complexity of Training Quantized Neural Networks", "theory"),
