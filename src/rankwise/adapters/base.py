@@ -17,6 +17,7 @@ Parameters shared across layers (PiCa's per-module-type matrix) come from `site.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -57,7 +58,10 @@ def discover_adapter_types() -> dict[str, type[Adapter]]:
     import rankwise.adapters as package
 
     for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+        try:
+            importlib.import_module(f"{package.__name__}.{info.name}")
+        except Exception as e:  # one broken method file must not take every other method down with it
+            warnings.warn(f"adapter module {package.__name__}.{info.name} failed to import ({type(e).__name__}: {e}); its methods are unavailable", stacklevel=2)
     return ADAPTER_TYPES
 
 
