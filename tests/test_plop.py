@@ -9,7 +9,7 @@ from torch import nn
 
 from rankwise.adapters import LoraConfig, add_adapter
 from rankwise.adapters.plop import (
-    kendall_tau, lora_parameters_per_rank, nfn, nfn_scores, plop_targets, rank_for_budget, short_name, target_modules,
+    kendall_tau, lora_parameters_per_rank, nfn, nfn_scores, nfn_scores_for_seeds, plop_targets, rank_for_budget, short_name, target_modules,
 )
 from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_bert, tiny_llama
@@ -53,7 +53,10 @@ def test_deterministic_and_hooks_removed():
     a = nfn_scores(model, _batches(), seed=4)
     b = nfn_scores(model, _batches(), seed=4)
     assert a.per_module == b.per_module
-    assert nfn_scores(model, _batches(), seed=5).per_module != a.per_module
+    c = nfn_scores(model, _batches(), seed=5)
+    assert c.per_module != a.per_module
+    both = nfn_scores_for_seeds(model, _batches(), [4, 5])  # one forward pass, same numbers as separate runs
+    assert both[4].per_module == a.per_module and both[5].per_module == c.per_module
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert len(a.per_type) == 7 and len(a.per_module) == 21
 

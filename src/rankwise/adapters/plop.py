@@ -107,7 +107,6 @@ def linear_modules(model: nn.Module, layers: Iterable[int] | None = None) -> lis
     return names
 
 
-@torch.no_grad()
 def nfn_scores(
     model: nn.Module,
     batches: Sequence[torch.Tensor | dict[str, torch.Tensor]],
@@ -117,14 +116,32 @@ def nfn_scores(
     random_rows: int | None = 256,
     desc: str = "NFN scores",
 ) -> NFNScores:
+    """NFN scores with the random baseline drawn from `seed`; see `nfn_scores_for_seeds`."""
+    return nfn_scores_for_seeds(model, batches, [seed], layers, modules, random_rows, desc)[seed]
+
+
+@torch.no_grad()
+def nfn_scores_for_seeds(
+    model: nn.Module,
+    batches: Sequence[torch.Tensor | dict[str, torch.Tensor]],
+    seeds: Sequence[int],
+    layers: Iterable[int] | None = None,
+    modules: Sequence[str] | None = None,
+    random_rows: int | None = 256,
+    desc: str = "NFN scores",
+) -> dict[int, NFNScores]:
     """NFN of every linear module in the layer stack (or `modules`), over `batches` of input ids [B, T] or dicts with
     `input_ids` and `attention_mask` (padding rows are excluded). One forward pass per batch (the backbone only, no
     LM head); hooks are removed after. `random_rows`: see `nfn_parts` (None: one Gaussian row per input row, as the
     official code).
 
     The random baseline of module m in batch b is drawn from a generator seeded by (seed, m, b), so the result does
-    not depend on module order or on which other batches are scored.
+    not depend on module order or on which other batches are scored. Several `seeds` share one forward pass (the
+    actual part is the same; only the random baselines differ), for seed-stability checks.
     """
+    seeds = list(dict.fromkeys(seeds))
+    if not seeds:
+        raise InvalidInputError("pass at least one seed")
     if not batches:
         raise InvalidInputError("NFN scoring needs at least one batch of task inputs")
     names = list(modules) if modules is not None else linear_modules(model, layers)
@@ -132,7 +149,7 @@ def nfn_scores(
     missing = [n for n in names if not isinstance(table.get(n), nn.Linear)]
     if missing:
         raise InvalidInputError(f"not linear modules of this model: {missing[:3]}")
-    per_batch: dict[str, list[float]] = {n: [] for n in names}
+    per_batch: dict[int, dict[str, list[float]]] = {sd: {n: [] for n in names} for sd in seeds}
     state: dict[str, torch.Tensor | int | None] = {"mask": None, "batch": 0}
 
     def hook_for(name: str):
@@ -145,9 +162,10 @@ def nfn_scores(
             if mask is not None:
                 rows = mask.reshape(-1).bool()
                 z, wz = z[rows], wz[rows]
-            gen = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode()) * 131 + int(state["batch"])) % 2**63)
-            actual, random = nfn_parts(module.weight, z, gen, wz=wz, random_rows=random_rows)
-            per_batch[name].append(actual / random)
+            for sd in seeds:
+                gen = torch.Generator().manual_seed((sd * 1_000_003 + zlib.crc32(name.encode()) * 131 + int(state["batch"])) % 2**63)
+                actual, random = nfn_parts(module.weight, z, gen, wz=wz, random_rows=random_rows)
+                per_batch[sd][name].append(actual / random)
 
         return hook
 
@@ -167,8 +185,10 @@ def nfn_scores(
     members: dict[str, list[str]] = {}
     for n in names:
         members.setdefault(module_type(n), []).append(n)
-    per_module = {n: sum(v) / len(v) for n, v in per_batch.items()}
-    return _aggregate(per_module, per_batch, members)
+    out = {}
+    for sd, values in per_batch.items():
+        out[sd] = _aggregate({n: sum(v) / len(v) for n, v in values.items()}, values, members)
+    return out
 
 
 def _aggregate(per_module: dict[str, float], per_batch: dict[str, list[float]], members: dict[str, list[str]]) -> NFNScores:
