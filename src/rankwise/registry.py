@@ -124,7 +124,7 @@ METHODS: tuple[Method, ...] = (
     M("lrnn", "Deep Learning with Learnable Product-Structured Activations", "nn"),
     M("martingale-posterior-uq", "Frozen Priors, Fluid Forecasts: Prequential Uncertainty for Low-Data Deployment with Pretrained Generative Models", "algorithms"),
     M("metavla", "MetaVLA: Unified Meta Co-Training for Efficient Embodied Adaptation", "training"),
-    M("microscaling-ue5m3", "Is Finer Better? The Limits of Microscaling Formats in Large Language Models", "quant"),
+    M("microscaling-ue5m3", "Is Finer Better? The Limits of Microscaling Formats in Large Language Models", "quant", "rankwise.quant.formats:FloatFormat", "rankwise.quant.block:quantize", "rankwise.quant.fake_quant:quantize_linears_", "rankwise.quant.storage:save_quantized", "rankwise.quant.error_model:gaussian_terms"),
     M("mixture-of-memories", "MoM: Linear Sequence Modeling with Mixture-of-Memories", "nn"),
     M("multitask-lora-trigger", "JailbreakLoRA: Your Downloaded LoRA from Sharing Platforms might be Unsafe", "adapters"),
     M("palc", "PALC: Preference Alignment via Logit Calibration", "training"),
