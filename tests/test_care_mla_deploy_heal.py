@@ -94,3 +94,21 @@ def test_smollm2_deployable_mla_at_half_cache(smollm2, tokenizer):
     assert absorbed_vs_expanded(mla, ids, decode_steps=2) <= 1e-4
     with torch.no_grad():
         assert float((to_deepseek_v3(mla)(ids).logits - mla(ids).logits).abs().max()) <= 1e-3
+
+
+def test_cli_convert_mla_deploy_and_heal(tmp_path, tokenizer, capsys):
+    from rankwise.cli import main
+    from rankwise.models import load_model
+
+    source = tmp_path / "tiny"
+    tiny_llama(0).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    out = tmp_path / "deployed"
+    argv = ["convert", "mla", "--model", str(source), "--kv-rank", "12", "--rope-dims", "8", "--deploy", "--heal", "1",
+            "--calib-samples", "48", "--calib-seq-len", "16", "--eval-windows", "0", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "saving 50.0%" in printed and "healed steps 0..1" in printed
+    model, _ = load_model(out)
+    assert type(model).__name__ == "DeepseekV3ForCausalLM" and model.config.kv_lora_rank == 24
+    assert main(["convert", "mla", "--model", str(source), "--kv-rank", "12", "--rope-dims", "7", "--deploy"]) == 2

@@ -13,6 +13,7 @@ from pathlib import Path
 from rankwise.compress.mla.allocation import ALLOCATIONS, SCORES
 from rankwise.compress.mla.calibration import DEFAULT_SAMPLES, DEFAULT_SEQ_LEN
 from rankwise.compress.mla.factorize import ALIASES, METHODS
+from rankwise.compress.mla_deploy.cli import add_deploy_arguments, run_deploy, wants_deploy
 
 
 def register_converter(kinds: argparse._SubParsersAction) -> None:
@@ -29,10 +30,13 @@ def register_converter(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--seed", type=int, default=0, help="seeds the choice of calibration windows")
     p.add_argument("--out", type=Path, help="write the converted model here (a transformers folder)")
+    add_deploy_arguments(p)  # --deploy / --heal STEPS: the deployable MLA path (rankwise.compress.mla_deploy)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if wants_deploy(args):
+        return run_deploy(args)
     from rankwise.compress.mla.calibration import calibration_windows
     from rankwise.compress.mla.convert import convert_to_mla
     from rankwise.compress.mla.io import save_mla

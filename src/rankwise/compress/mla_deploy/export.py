@@ -59,7 +59,7 @@ def deepseek_v3_config(model: nn.Module) -> DeepseekV3Config:
         bos_token_id=src.bos_token_id, eos_token_id=src.eos_token_id, pad_token_id=src.pad_token_id, attention_bias=False,
         rope_interleave=False,
         rope_parameters={"rope_type": "longrope", "rope_theta": theta, "short_factor": factors, "long_factor": factors,
-                         "original_max_position_embeddings": src.max_position_embeddings, "attention_factor": 1.0},
+                         "original_max_position_embeddings": src.max_position_embeddings, "factor": 1.0, "attention_factor": 1.0},
     )
 
 

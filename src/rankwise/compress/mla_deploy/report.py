@@ -20,6 +20,7 @@ from rankwise.compress.mla_deploy.build import convert_to_deployable_mla, deploy
 from rankwise.compress.mla_deploy.checks import absorbed_vs_expanded, generation_mismatches
 from rankwise.compress.mla_deploy.export import export_deepseek_v3, load_deepseek_v3
 from rankwise.compress.mla_deploy.heal import HealConfig, heal
+from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.data import token_windows
@@ -43,7 +44,7 @@ class Sizes:
 
 SIZES = {
     "smoke": Sizes(48, 16, 3, 32, HealConfig(steps=4, batch_size=2, lr=2e-3, checkpoint_every=2), 32, 16),
-    "full": Sizes(256, 32, 12, 256, HealConfig(steps=40, batch_size=4, lr=2e-4, checkpoint_every=10), 64, 2000),
+    "full": Sizes(256, 32, 8, 256, HealConfig(steps=30, batch_size=2, lr=2e-4, checkpoint_every=10), 64, 2000),
 }
 
 
@@ -80,20 +81,20 @@ def run_deploy_report(size: str = "full", seed: int = 0) -> Report:
     ppl.add(model=f"CARE one-shot r={kv_width // 2} (RoPE after up-projection; not a latent cache)", kv_saving=0.5, perplexity=one, vs_original=one / base)
     del oneshot
 
+    say("deploy report: converting with each rope selection")
     rope = report.table("rope selection", ["selection", "pairs kept", "rope key energy kept", "perplexity"])
-    models = {}
+    best, model, before = None, None, float("inf")
     for selection in SELECTIONS:
         mla = convert_to_deployable_mla(teacher, kv_rank, rope_dims, selection, calib)
         info = deploy_info(mla)
         value = perplexity(mla, evals).perplexity
         energy = sum(info["rope_key_energy_kept"]) / len(info["rope_key_energy_kept"])
         rope.add(selection=selection, **{"pairs kept": str(info["rope_pairs"]), "rope key energy kept": energy, "perplexity": value})
-        models[selection] = (mla, value)
-    best = min(models, key=lambda s: models[s][1])
-    model, before = models[best]
-    models = None
+        if value < before:  # keep only the best model in memory
+            best, model, before = selection, mla, value
     ppl.add(model=f"deployable MLA ({best} rope), before healing", kv_saving=1 - (2 * kv_rank + rope_dims) / (2 * kv_width), perplexity=before, vs_original=before / base)
 
+    say(f"deploy report: best selection {best} (perplexity {before:.2f}); measuring cache, decoding, export")
     kv = report.table("kv cache bytes per token (measured from cache tensors)", ["model", "measured", "expected", "saving"])
     gqa_bytes = measured_kv_bytes_per_token(teacher)
     mla_bytes = measured_kv_bytes_per_token(model)
@@ -121,6 +122,7 @@ def run_deploy_report(size: str = "full", seed: int = 0) -> Report:
     report.claim("export_perplexity_gap", "relative perplexity gap, exported DeepSeek-V3 checkpoint vs our module", abs(exp_ppl / before - 1), "<=", 1e-3)
     report.note(f"Exported checkpoint: max |logit| gap vs our module {logit_gap:.2e}; perplexity {exp_ppl:.4f} vs {before:.4f}.")
 
+    say("deploy report: healing")
     result = heal(model, teacher, train, sz.heal)
     after = perplexity(model, evals).perplexity
     ppl.add(model=f"deployable MLA, after {sz.heal.steps} healing steps", kv_saving=1 - mla_bytes / gqa_bytes, perplexity=after, vs_original=after / base)
