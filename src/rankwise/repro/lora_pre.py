@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -120,7 +121,7 @@ def _tracking_experiment(report: Report, s: Setup, seed: int) -> TrackingResult:
 # ---- (B) pretraining -----------------------------------------------------------------------------------------------
 
 
-def _optimizers(s: Setup) -> dict[str, callable]:
+def _optimizers(s: Setup) -> dict[str, Callable[[torch.nn.Module, float, int], torch.optim.Optimizer]]:
     r, r8 = s.rank, max(1, s.rank // 8)
     gap = max(1, s.steps // GALORE_REFRESHES)
     return {
