@@ -95,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: stable timings on a shared machine)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "results" / "adapters-benchmark.md")
     args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
 
     from rankwise.data import token_windows
     from rankwise.models import load_model

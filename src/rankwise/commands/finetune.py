@@ -41,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (1 is often fastest on a busy machine)")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint in --out")
     p.set_defaults(func=run)
 
@@ -61,6 +62,8 @@ def parse_options(items: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from rankwise.adapters import adapter_type
     from rankwise.core.io import save_tensors_atomic, write_json_atomic
     from rankwise.core.progress import say
@@ -73,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     if args.targets and args.targets_regex:
         raise InvalidInputError("give --targets or --targets-regex, not both")
     out = Path(args.out)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise InvalidInputError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     set_seed(args.seed)
     model, tokenizer = load_model(args.model)
     if args.task == "wiki-lm":
