@@ -72,6 +72,10 @@ def test_rank_larger_than_a_matrix_dimension_is_refused():
         LoRAPre(_model().parameters(), rank=7)  # the last layer is [6, 10]
     with pytest.raises(InvalidInputError, match="rank must be"):
         LoRAPre(_model().parameters(), rank=0)
+    opt = LoRAPre([_model()[0].weight], rank=2)
+    with pytest.raises(InvalidInputError, match="exceeds"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3, 8))], "rank": 4})
+    assert len(opt.param_groups) == 1
     with pytest.raises(InvalidInputError, match="exceeds"):
         galore_adamw(_model(), lr=1e-3, rank=11)
     with pytest.raises(InvalidInputError):

@@ -70,11 +70,18 @@ class LoRAPre(torch.optim.Optimizer):
             ridge=ridge, init_std=init_std, use_updated_factors=use_updated_factors,
         )
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            _check_group(group)
         self.nonfinite = nonfinite
         self.seed = int(seed)
         self.skipped_steps = 0
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """torch's add_param_group (used by __init__ too), then a check of the group's rank and rates."""
+        super().add_param_group(param_group)
+        try:
+            _check_group(self.param_groups[-1])
+        except InvalidInputError:
+            self.param_groups.pop()  # leave the optimizer as it was
+            raise
 
     # ---- the step ----------------------------------------------------------------------------------------------
 
