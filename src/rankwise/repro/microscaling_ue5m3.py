@@ -13,6 +13,7 @@ remove the anomaly without a per-tensor scale and land within a small margin of 
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,7 +58,7 @@ PLANS = {
     "smoke": Plan(tuple(np.geomspace(1e-4, 10**-0.5, 4)), (8, 16), 2**12, (8, 16), (1.0, 0.03), 1,
                   (8, 16), (0.03,), 4, (8,), 1, 32, (0,), (8,)),
     "full": Plan(tuple(np.geomspace(1e-4, 10**-0.5, 30)), (4, 8, 16, 32), 2**18, (8, 16, 32, 64, 128),
-                 (1.0, 0.1, 0.03), 6, (8, 16, 32, 64), (1.0, 0.03), 64, (8, 16, 32), 4, 512, (0, 5), (8, 16)),
+                 (1.0, 0.1, 0.03), 6, (8, 16, 32, 64), (1.0, 0.1, 0.03), 64, (8, 16, 32), 4, 512, (0, 5), (8, 16)),
 }
 
 
@@ -65,7 +66,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     report = Report(SLUG, TITLE, size, seed)
     plan = PLANS[size]
     set_seed(seed)
-    threads = torch.get_num_threads()
+    threads, cpu_start = torch.get_num_threads(), time.process_time()
     # One thread throughout: on the shared, oversubscribed CPUs this was measured 2.6x faster for SmolLM2 forwards
     # and ~20x for the elementwise quantization than two threads; torch's setting is restored afterwards.
     torch.set_num_threads(1)
@@ -80,6 +81,8 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
         perplexity_sweep(report, plan, llama, llama_tok)
     finally:
         torch.set_num_threads(threads)
+    report.note(f"Run single-threaded; its CPU time was {time.process_time() - cpu_start:.0f} s, which is about the "
+                "wall time on an idle core. The recorded wall time is inflated by other jobs sharing the machine.")
     report.note("FP4 E2M1 elements throughout; weight-only fake quantization of every nn.Linear (SmolLM2's tied "
                 "lm_head/embedding and MiniLM's pooler stay fp32). alpha < 1 narrows a weight distribution without "
                 "changing the function: alpha * W is quantized and divided back, the card's protocol.")
@@ -216,6 +219,12 @@ def embedding_fidelity(report: Report, plan: Plan, bert, tokenizer) -> None:
     d4 = (1 - cos[narrow, "UE4M3", k]) / max(1 - cos[narrow, "UE4M3", 2 * k], 1e-12) if 2 * k in plan.model_ks else None
     report.claim("minilm-embedding-anomaly", f"MiniLM embeddings, alpha={narrow}, UE4M3 without global scale: "
                  f"(1 - cos) at block {k} / at block {2 * k} (> 1: finer is worse)", d4, ">", 1.0)
+    if 2 * k in plan.model_ks:
+        report.note("MiniLM embedding cosine with UE4M3 without a global scale, block " f"{k} vs {2 * k}: "
+                    + "; ".join(f"alpha={a}: {cos[a, 'UE4M3', k]:.4f} vs {cos[a, 'UE4M3', 2 * k]:.4f}"
+                                for a in plan.embed_alphas)
+                    + ". Where nearly every UE4M3 block flushes at both sizes (see the zero-block share in the error-"
+                    "model table) the embedding is lost at either size, and their ratio no longer measures the anomaly.")
     margin = (1 - cos[narrow, "UE5M3", k]) / max(1 - cos[narrow, "UE4M3-S", k], 1e-12)
     report.claim("ue5m3-near-ue4m3-s-embeddings", f"MiniLM embeddings, alpha={narrow}, block {k}: (1 - cos) of UE5M3 "
                  "without a global scale / that of UE4M3 with one (small margin: <= 1.10)", margin, "<=", 1.10)
