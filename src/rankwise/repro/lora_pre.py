@@ -68,8 +68,8 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     report = Report(slug="lora-pre", title=TITLE, size=size, seed=seed)
     setup = SETUPS[size]
     set_seed(seed)
-    tracking = _tracking_experiment(report, setup, seed)
     runs = _pretraining_experiment(report, setup, seed)
+    tracking = _tracking_experiment(report, setup, seed)
     report.plots["tracking_error"] = _tracking_plot(tracking)
     report.plots["loss_curves"] = _loss_plot(runs)
     report.note(
@@ -153,8 +153,9 @@ def _pretraining_experiment(report: Report, s: Setup, seed: int) -> dict[str, Pr
     sweep = report.table("Learning-rate sweep (same grid for every optimizer)",
                          ["optimizer", "lr", "validation loss", "held-out loss", "wall s"])
     best: dict[str, tuple[float, float, PretrainRun, int, int]] = {}  # name -> (val, lr, run, state bytes, matrix bytes)
-    for name, make in _optimizers(s).items():
-        for lr in s.lrs:
+    # lr-major order: every optimizer's first lr before any second one, so an interrupted run still compares them all
+    for lr in s.lrs:
+        for name, make in _optimizers(s).items():
             model = _model(s, seed)
             optimizer = make(model, lr, seed)
             run_ = pretrain_causal_lm(model, optimizer, train, held_out, steps=s.steps, batch_size=s.batch,
