@@ -157,3 +157,25 @@ def test_bad_input_is_a_clear_error():
     for bad in (dict(init="pissa"), dict(null_threshold=-1.0), dict(damping=0.0)):
         with pytest.raises(InvalidInputError):
             GuardSpaceConfig(target_modules=["q_proj"], **bad).validate()
+
+
+@pytest.mark.real_model
+def test_real_smollm2_protected_logits_survive_training(smollm2):
+    """The headline invariant on the embedded model: top-2 layers guarded, 3 AdamW steps on other text."""
+    base, tok = smollm2
+    model_copy = copy.deepcopy(base)
+    protected = [tok(t, return_tensors="pt")["input_ids"] for t in ("The garden needs water every morning.", "Roses like sun.")]
+    config = GuardSpaceConfig(r=4, target_modules=TARGETS, layers_to_transform=[28, 29], null_threshold=0.0)
+    stats = collect_second_moments(model_copy, find_targets(model_copy, config), protected, use_cache=False)
+    expected = [base(input_ids=p).logits for p in protected]
+    model = add_adapter(model_copy, config, statistics=stats)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    ids = tok("Trains run on rails between the cities of the north.", return_tensors="pt")["input_ids"]
+    for _ in range(3):
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+    with torch.no_grad():
+        for p, e in zip(protected, expected):
+            torch.testing.assert_close(model(input_ids=p).logits, e, rtol=0, atol=1e-3 * e.abs().max().item())
+        assert (model(input_ids=ids).logits - base(input_ids=ids).logits).abs().max() > 1e-3
