@@ -16,6 +16,7 @@ share one learning rate (the card's 1e-3), schedule, data order and step count; 
 from __future__ import annotations
 
 import copy
+import os
 import re
 import statistics as stats
 
@@ -170,6 +171,10 @@ def _run(size: str, seed: int) -> Report:
                 "because the machine was shared by several full runs at once; the per-seed rows show how much of a "
                 "difference is seed noise. The full-FT reference trains its head at the full-FT learning rate (1e-4), so its "
                 "accuracy is not comparable; it exists to measure the update's spectrum (experiment A).")
+    if hasattr(os, "getloadavg"):
+        load = os.getloadavg()[0]
+        report.note(f"1-minute load average at the end of the run: {load:.1f} on {os.cpu_count()} logical cores; above the core "
+                    "count, other processes shared the CPU and the wall time overstates what an idle machine needs.")
     return report.finish()
 
 
