@@ -48,7 +48,22 @@ METHODS: dict[str, Callable[[nn.Module], nn.Module]] = {
     "peft LoRA": peft_lora,
     "rankwise LoRA (PiSSA init)": lambda m: add_adapter(m, LoraConfig(r=RANK, lora_alpha=2 * RANK, init="pissa", target_modules=TARGETS)),
     "rankwise PiCa": lambda m: add_adapter(m, PicaConfig(r=RANK, target_modules=TARGETS)),
+    "rankwise GuardSpace": lambda m: guardspace(m),
 }
+
+
+def guardspace(model: nn.Module) -> nn.Module:
+    """GuardSpace protecting 4 x 32 calibration-split tokens (128 < 576 input dims: a real null space)."""
+    from rankwise.adapters import find_targets
+    from rankwise.adapters.guardspace import GuardSpaceConfig
+    from rankwise.core.calibration import collect_second_moments
+    from rankwise.data import token_windows
+    from rankwise.models import load_smollm2_tokenizer
+
+    config = GuardSpaceConfig(r=RANK, lora_alpha=2 * RANK, target_modules=TARGETS)
+    protected = list(token_windows(load_smollm2_tokenizer(), "calibration", 32, 4).split(1))
+    stats = collect_second_moments(model, find_targets(model, config), protected)
+    return add_adapter(model, config, statistics=stats)
 
 
 class Trainer:
