@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 import statistics as stats_
 
+import torch
+
 from rankwise.adapters.plop import (
     kendall_tau, lora_parameters_per_rank, nfn_scores_for_seeds, plop_targets, rank_for_budget, target_modules, task_batches,
     type_label,
@@ -26,8 +28,8 @@ from rankwise.training import TrainConfig, adapt, topic_classification, train
 SETTINGS = {
     "smoke": dict(score_examples=8, score_len=16, score_batch=4, train_examples=64, eval_examples=32, max_length=16,
                   steps=3, batch=8, lr=1e-3, seeds=2, base_rank=4),
-    "full": dict(score_examples=64, score_len=48, score_batch=16, train_examples=None, eval_examples=300, max_length=32,
-                 steps=100, batch=16, lr=1e-3, seeds=3, base_rank=8),
+    "full": dict(score_examples=64, score_len=48, score_batch=16, train_examples=None, eval_examples=240, max_length=24,
+                 steps=80, batch=16, lr=1e-3, seeds=3, base_rank=8),
 }
 ATTENTION = ["query", "key", "value"]
 MLP_TYPES = ["encoder.layer.*.intermediate.dense", "encoder.layer.*.output.dense"]
@@ -46,6 +48,16 @@ def _models(size: str, seed: int):
 
 
 def run(size: str = "smoke", seed: int = 0) -> Report:
+    # One intra-op thread: on a shared 2-core machine a second thread mostly spin-waits (same numbers either way).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(size, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(size: str, seed: int) -> Report:
     s = SETTINGS[size]
     report = Report("plop", "PLoP: LoRA on the lowest-NFN module types vs heuristic placements at equal budget", size, seed)
     set_seed(seed)
