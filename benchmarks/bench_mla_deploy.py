@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heal-dir", type=Path, default=None, help="resumable healing checkpoint folder")
     parser.add_argument("--eval-windows", type=int, default=12, help="256-token held-out windows for perplexity")
     parser.add_argument("--out", type=Path, default=Path("docs/results/care-mla/deploy/benchmark.md"))
+    parser.add_argument("--no-perplexity", action="store_true", help="measure cache bytes and decode speed only")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     set_quiet(args.quiet)
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         g, e, a = (speed[n, c] for n in variants)
         lines.append(f"| {c} | {g:.1f} | {e:.1f} | {a:.1f} | {e / g:.2f} | {a / g:.2f} | {a / e:.2f} |")
 
+    if args.no_perplexity:
+        lines += ["", "Perplexity skipped (--no-perplexity); see the care-mla deploy report."]
+        return _finish(args, lines, t0)
     say("perplexity")
     rows = [("original GQA", perplexity(model, evals).perplexity)]
     oneshot = convert_to_mla(model, kv_rank=96, method="care", allocation="uniform", calibration=calib)
@@ -97,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((f"deployable MLA, after {args.heal_steps} healing steps", perplexity(mla, evals).perplexity))
     lines += ["", f"## Perplexity ({args.eval_windows} x 256 held-out tokens)", "", "| model | perplexity | vs original |", "|---|---|---|"]
     lines += [f"| {name} | {p:.3f} | {p / rows[0][1]:.2f} |" for name, p in rows]
+    return _finish(args, lines, t0)
+
+
+def _finish(args: argparse.Namespace, lines: list[str], t0: float) -> int:
     lines += ["", f"Total wall time {time.perf_counter() - t0:.0f} s."]
     write_text_atomic(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
