@@ -91,9 +91,12 @@ def test_smollm2_deployable_mla_at_half_cache(smollm2, tokenizer):
     mla = convert_to_deployable_mla(model, kv_rank=80, rope_dims=32, calibration=calibration_windows(tokenizer, 64, 32))
     assert measured_kv_bytes_per_token(mla) == expected_cache_bytes_per_token(mla) == 30 * 192 * 4
     ids = torch.randint(0, 5000, (1, 24), generator=torch.Generator().manual_seed(0))
-    assert absorbed_vs_expanded(mla, ids, decode_steps=2) <= 1e-4
     with torch.no_grad():
         assert float((to_deepseek_v3(mla)(ids).logits - mla(ids).logits).abs().max()) <= 1e-3
+    # fp32: the two decodings differ only by rounding, which through 30 layers with |logits| ~ 20-30 sits at ~1e-4
+    # (the full report measures 8e-5 on text, 1.1e-4 here on random tokens); in float64 they must agree to 1e-8.
+    assert absorbed_vs_expanded(mla, ids, decode_steps=2) <= 2e-4
+    assert absorbed_vs_expanded(mla.double(), ids, decode_steps=2) <= 1e-8
 
 
 def test_cli_convert_mla_deploy_and_heal(tmp_path, tokenizer, capsys):
