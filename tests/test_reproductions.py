@@ -20,9 +20,13 @@ def test_smoke_reproduction(slug, tmp_path, tmp_cache):
     assert (tmp_path / "report.json").is_file() and (tmp_path / "report.md").is_file()
 
 
-def test_same_seed_same_numbers():
-    if not SLUGS:
+# Determinism is checked on one cheap reproduction (each method's own tests check its seeding in depth).
+DETERMINISM_SLUG = "plop" if "plop" in SLUGS else (SLUGS[0] if SLUGS else None)
+
+
+def test_same_seed_same_numbers(tmp_cache):
+    if DETERMINISM_SLUG is None:
         pytest.skip("no reproduction registered yet")
-    a = run_reproduction(SLUGS[0], "smoke", seed=0)
-    b = run_reproduction(SLUGS[0], "smoke", seed=0)
+    a = run_reproduction(DETERMINISM_SLUG, "smoke", seed=0)
+    b = run_reproduction(DETERMINISM_SLUG, "smoke", seed=0)
     assert [c.measured for c in a.claims] == [c.measured for c in b.claims]
