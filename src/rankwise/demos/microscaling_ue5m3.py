@@ -8,8 +8,10 @@ import time
 
 from rankwise.demos import DemoContext
 
-EVAL_WINDOWS = 2  # a subset of the shared windows keeps three quantized evaluations within ~30 s
-RECIPES = (("UE4M3", "fp4-ue4m3"), ("UE4M3 + per-tensor scale", "fp4-ue4m3-s"), ("UE5M3", "fp4-ue5m3"))
+EVAL_WINDOWS = 2  # a subset of the shared windows keeps the quantized evaluations within ~30 s
+# The paper's comparison: UE5M3 scales without a global scale vs UE4M3 with one (NVFP4-style). Plain UE4M3 is in
+# the reproduction; two recipes keep the demo within its time budget.
+RECIPES = (("UE4M3 + per-tensor scale", "fp4-ue4m3-s"), ("UE5M3, no global scale", "fp4-ue5m3"))
 
 
 def headline(ctx: DemoContext) -> None:
@@ -33,7 +35,7 @@ def headline(ctx: DemoContext) -> None:
             for n, p in model.named_parameters():
                 p.copy_(original[n])
     print(f"  held-out perplexity on {EVAL_WINDOWS} windows: fp32 {base:.2f}; " + ", ".join(results))
-    print("  (SmolLM2's weights are wide, so all three scale formats agree here; on narrow weights UE4M3 without a "
+    print("  (SmolLM2's weights are wide, so the scale formats agree here; on narrow weights UE4M3 without a "
           "global scale degrades as blocks shrink and UE5M3 does not: `rankwise repro microscaling-ue5m3`)")
     print(f"  (`rankwise quantize --model smollm2-135m --format fp4 --scale ue5m3 --block 16 --out DIR`; "
           f"{time.perf_counter() - start:.0f} s)")
