@@ -65,6 +65,8 @@ def _ddp_worker(rank: int, world: int, init_file: str, out_file: str) -> None:
             opt.step()
         if rank == 0:
             torch.save([p.detach() for p in model.module.parameters()], out_file)
+        # Without this, rank 1 can tear gloo down while rank 0 is still saving, and a process aborts (SIGABRT).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
