@@ -39,3 +39,30 @@ def test_finetune_bad_input_is_a_clear_error(tmp_path, capsys):
     assert "no nn.Linear module matched" in capsys.readouterr().err
     assert main([*ARGS, "--method", "lora", "--task", "wiki-lm", "--out", str(tmp_path / "c")]) == 2
     assert "needs a causal language model" in capsys.readouterr().err
+
+
+@pytest.mark.real_model
+def test_full_fine_tuning_with_lora_pre_saves_a_model(tmp_path, capsys):
+    from transformers import AutoModel
+
+    out = tmp_path / "full"
+    i = ARGS.index("--rank")
+    args = ARGS[:i] + ARGS[i + 2 :]
+    assert main([*args, "--method", "full", "--optimizer", "lora-pre", "--optimizer-rank", "4", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["optimizer"] == "lora-pre" and metrics["trainable_parameters"] > 22_000_000
+    assert 0 < metrics["optimizer_state_bytes"] < 3 * 22_000_000 * 4  # embeddings dense, block matrices rank 4
+    reloaded = AutoModel.from_pretrained(out / "model")
+    assert sum(p.numel() for p in reloaded.parameters()) + 384 * 12 + 12 == metrics["trainable_parameters"]
+    # resuming the same command with another optimizer is refused
+    assert main([*args, "--method", "full", "--out", str(out)]) == 2
+    assert "different settings" in capsys.readouterr().err
+
+
+def test_finetune_optimizer_bad_input(tmp_path, capsys):
+    assert main([*ARGS, "--method", "full", "--out", str(tmp_path / "a")]) == 2
+    assert "takes no --rank" in capsys.readouterr().err
+    assert main([*ARGS, "--method", "lora", "--optimizer", "lora-pre", "--out", str(tmp_path / "b")]) == 2
+    assert "needs a rank" in capsys.readouterr().err
+    assert main([*ARGS, "--method", "lora", "--optimizer", "lora-pre", "--optimizer-rank", "2", "--out", str(tmp_path / "c")]) == 2
+    assert "full fine-tuning" in capsys.readouterr().err

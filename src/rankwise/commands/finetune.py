@@ -1,7 +1,9 @@
 """`rankwise finetune --model minilm-l6 --task wiki-topics --method pica --rank 8 --out DIR`
 
-Fine-tunes an embedded model with any registered adapter method and writes to DIR:
+Fine-tunes an embedded model with any registered adapter method, or all its weights (`--method full`), with AdamW
+or a low-rank-state optimizer (`--optimizer lora-pre --optimizer-rank 8`), and writes to DIR:
   adapter/         a PEFT folder (peft.PeftModel.from_pretrained(base, DIR/adapter) loads it) + rankwise state
+  model/           instead of adapter/ with --method full: the fine-tuned model (transformers save_pretrained)
   head.safetensors the classification head (classification tasks only)
   metrics.json     parameter counts, final evaluation, loss history
   checkpoint/      the last training checkpoint; rerunning the same command resumes from it
@@ -14,16 +16,22 @@ import ast
 from pathlib import Path
 
 TASKS = ("wiki-topics", "wiki-lm")
+FULL = "full"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from rankwise.training.methods import available_methods
+    from rankwise.training.optimizers import OPTIMIZERS
 
     p = sub.add_parser("finetune", help="fine-tune an embedded model with an adapter method (LoRA, PiCa, ...)")
     p.add_argument("--model", required=True, help="smollm2-135m, minilm-l6, or a transformers folder")
     p.add_argument("--task", required=True, choices=TASKS, help="wiki-topics: 12-class topic classification; wiki-lm: language modelling")
-    p.add_argument("--method", required=True, choices=available_methods())
-    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--method", required=True, choices=[*available_methods(), FULL],
+                   help="an adapter method, or 'full' to fine-tune every weight")
+    p.add_argument("--rank", type=int, default=None, help="adapter rank (required for adapter methods)")
+    p.add_argument("--optimizer", default="adamw", choices=sorted(OPTIMIZERS),
+                   help="adamw, or a low-rank-state optimizer for full fine-tuning (lora-pre, galore)")
+    p.add_argument("--optimizer-rank", type=int, default=None, help="rank of the optimizer states (lora-pre, galore)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--targets", default=None, help="comma-separated module names (PEFT target_modules); default: the architecture's attention+MLP projections")
     p.add_argument("--targets-regex", default=None, help="a regex that must match whole module names (instead of --targets)")
@@ -65,16 +73,24 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from rankwise.adapters import adapter_type
-    from rankwise.core.io import save_tensors_atomic, write_json_atomic
+    from rankwise.core.io import atomic_dir, save_tensors_atomic, write_json_atomic
     from rankwise.core.progress import say
     from rankwise.core.seed import set_seed
     from rankwise.data import token_windows
     from rankwise.errors import InvalidInputError
     from rankwise.models import load_model
+    from rankwise.optim import optimizer_state_bytes
     from rankwise.training import LanguageModelingTask, TrainConfig, adapt, summary, topic_classification, train
+    from rankwise.training.optimizers import optimizer_factory
 
     if args.targets and args.targets_regex:
         raise InvalidInputError("give --targets or --targets-regex, not both")
+    full = args.method == FULL
+    if full and (args.rank is not None or args.targets or args.targets_regex or args.option or args.top_k_layers):
+        raise InvalidInputError("--method full trains every weight: it takes no --rank, --targets, --option or --top-k-layers")
+    if not full and args.rank is None:
+        raise InvalidInputError(f"--method {args.method} needs --rank")
+    make_optimizer = optimizer_factory(args.optimizer, args.optimizer_rank)
     out = Path(args.out)
     if args.threads is not None:
         if args.threads < 1:
@@ -88,28 +104,39 @@ def run(args: argparse.Namespace) -> int:
         task = LanguageModelingTask.from_wiki(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
     else:
         task = topic_classification(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
-    targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else None)
-    # Calibration data (disjoint from train and eval) only for methods that build from input statistics.
-    needs = adapter_type(args.method).needs_statistics
-    calibration = list(token_windows(tokenizer, "calibration", args.seq_len, 32).split(8)) if needs else None
-    adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **parse_options(args.option))
+    if full:
+        adapted = model.requires_grad_(True)
+        say(f"full fine-tuning of {args.model}: {sum(p.numel() for p in model.parameters()):,} parameters")
+    else:
+        targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else None)
+        # Calibration data (disjoint from train and eval) only for methods that build from input statistics.
+        needs = adapter_type(args.method).needs_statistics
+        calibration = list(token_windows(tokenizer, "calibration", args.seq_len, 32).split(8)) if needs else None
+        adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **parse_options(args.option))
+        say(f"{args.method} r={args.rank} on {args.model}: {adapted.count_parameters()}")
     module = task.wrap(adapted)
-    counts = adapted.count_parameters()
-    say(f"{args.method} r={args.rank} on {args.model}: {counts}")
     config = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
     )
-    result = train(module, task, config, out_dir=out, resume=not args.no_resume)
-    adapted.save(out / "adapter", base_model_name_or_path=args.model)
+    result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer)
+    if full:
+        with atomic_dir(out / "model") as tmp:
+            adapted.save_pretrained(tmp)
+        what, adapter_params = "model", None
+    else:
+        adapted.save(out / "adapter", base_model_name_or_path=args.model)
+        adapter_params = adapted.count_parameters().trainable
+        what = f"{adapter_params:,} adapter parameters"
     if module is not adapted:
         save_tensors_atomic(out / "head.safetensors", {k: v for k, v in module.head.state_dict().items()})
     trainable_total = sum(p.numel() for p in module.parameters() if p.requires_grad)
     write_json_atomic(out / "metrics.json", {
         "model": args.model, "task": args.task, "method": args.method, "rank": args.rank,
-        "adapter_parameters": counts.trainable, "trainable_parameters": trainable_total, **summary(result),
+        "optimizer": args.optimizer, "optimizer_rank": args.optimizer_rank, "optimizer_state_bytes": optimizer_state_bytes(result.optimizer),
+        "adapter_parameters": adapter_params, "trainable_parameters": trainable_total, **summary(result),
     })
     metric = task.metric
-    print(f"{args.method} r={args.rank}: {metric} {result.final[metric]:.4f} after {result.steps} steps "
-          f"({counts.trainable:,} adapter parameters); wrote {out}")
+    label = "full" if full else f"{args.method} r={args.rank}"
+    print(f"{label} ({args.optimizer}): {metric} {result.final[metric]:.4f} after {result.steps} steps ({what}); wrote {out}")
     return 0

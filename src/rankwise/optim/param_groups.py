@@ -15,9 +15,17 @@ from torch import nn
 from rankwise.errors import InvalidInputError
 
 
+# Module names of output layers (causal-LM heads, classification heads of transformers and of rankwise.training):
+# their states stay dense, as the embeddings' do — they are few parameters with a different gradient structure.
+OUTPUT_HEAD_NAMES = frozenset({"lm_head", "head", "classifier", "score"})
+
+
 def default_low_rank_filter(name: str, module: nn.Module, param: torch.Tensor) -> bool:
-    """2-D weights of nn.Linear layers, except an output head (named lm_head or tied to an embedding)."""
-    return isinstance(module, nn.Linear) and param.dim() == 2 and not name.startswith("lm_head")
+    """2-D weights of nn.Linear layers, except an output head (a module named lm_head, head, classifier or score,
+    or tied to an embedding)."""
+    module_name = name.rsplit(".", 1)[0] if "." in name else ""
+    is_head = module_name.rsplit(".", 1)[-1] in OUTPUT_HEAD_NAMES
+    return isinstance(module, nn.Linear) and param.dim() == 2 and not is_head
 
 
 def split_low_rank_params(

@@ -1,7 +1,8 @@
 """Training checkpoints: everything an exact resume needs, in safetensors + versioned JSON, written atomically.
 
-A checkpoint folder holds `state.safetensors` (trainable parameters by name, AdamW moments per parameter, torch's
-RNG state for dropout) and `trainer.json` (step, history, the run's settings, the optimizer's hyperparameters),
+A checkpoint folder holds `state.safetensors` (trainable parameters by name, the optimizer's per-parameter state —
+AdamW moments, LoRA-Pre factors — and torch's RNG state for dropout) and `trainer.json` (step, history, the run's
+settings, each parameter group's hyperparameters),
 with a manifest of hashes. Writing goes to a temporary folder renamed into place, so the folder on disk is always
 the last complete checkpoint — which is what a run that dies (or hits a NaN loss) leaves behind.
 """
@@ -28,15 +29,23 @@ def trainable(module: nn.Module) -> dict[str, nn.Parameter]:
 
 def save_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, step: int, meta: dict[str, Any]) -> None:
     params = trainable(module)
-    index = {id(p): i for i, p in enumerate(optimizer.param_groups[0]["params"])}
+    index = _param_index(optimizer)
     tensors: dict[str, torch.Tensor] = {f"param/{n}": p.detach() for n, p in params.items()}
     for n, p in params.items():
-        for k, v in optimizer.state.get(p, {}).items():
-            tensors[f"optim/{n}/{k}"] = v.detach() if torch.is_tensor(v) else torch.tensor(v)
         if id(p) not in index:
             raise InvalidInputError(f"trainable parameter {n} is not in the optimizer: the checkpoint would be incomplete")
+        for k, v in optimizer.state.get(p, {}).items():
+            if torch.is_tensor(v):
+                tensors[f"optim/{n}/{k}"] = v.detach()
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                tensors[f"optim/{n}/{k}"] = torch.tensor(v)
+            else:
+                raise InvalidInputError(
+                    f"{type(optimizer).__name__} keeps a {type(v).__name__} in its state ({n}: {k!r}), which a checkpoint "
+                    "cannot store as tensors; train without checkpoints (checkpoint_every=0) or with another optimizer"
+                )
     tensors["rng/torch"] = torch.get_rng_state()
-    hyper = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    hyper = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     with atomic_dir(folder) as tmp:
         save_tensors_atomic(tmp / "state.safetensors", tensors)
         write_versioned_config(tmp / "trainer.json", KIND, VERSION, {"step": step, "optimizer": hyper, **meta})
@@ -73,13 +82,15 @@ def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
                 raise InvalidInputError(f"checkpoint parameter {n} has shape {tuple(value.shape)}, the model's is {tuple(p.shape)}")
             p.copy_(value)
     state = optimizer.state_dict()
-    order = {id(p): i for i, p in enumerate(optimizer.param_groups[0]["params"])}
+    order = _param_index(optimizer)
     restored: dict[int, dict[str, torch.Tensor]] = {}
     for n, p in params.items():
         prefix = f"optim/{n}/"
         entries = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
         if entries:
-            restored[order[id(p)]] = entries
+            # Fresh (64-byte aligned) copies: BLAS may round differently on tensors viewed at odd offsets of the
+            # file buffer, which would break bit-exact resume of optimizers that multiply their state (LoRA-Pre).
+            restored[order[id(p)]] = {k: v.clone() for k, v in entries.items()}
     state["state"] = restored
     try:
         optimizer.load_state_dict(state)
@@ -87,3 +98,9 @@ def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
         raise CorruptFileError(f"the optimizer state in {folder} cannot be restored ({e})") from e
     torch.set_rng_state(tensors["rng/torch"])
     return meta
+
+
+def _param_index(optimizer: torch.optim.Optimizer) -> dict[int, int]:
+    """Parameter id -> its index in `optimizer.state_dict()` (torch numbers parameters across groups in order)."""
+    flat = [p for group in optimizer.param_groups for p in group["params"]]
+    return {id(p): i for i, p in enumerate(flat)}

@@ -1,5 +1,5 @@
-"""The fine-tuning loop: plain PyTorch AdamW with warmup + cosine, gradient accumulation, gradient clipping,
-periodic evaluation, checkpoints every N steps with exact resume, a progress bar, and a NaN guard.
+"""The fine-tuning loop: AdamW (or any optimizer from a factory, see `optimizers`) with warmup + cosine, gradient
+accumulation, gradient clipping, periodic evaluation, checkpoints every N steps with exact resume, a progress bar, and a NaN guard.
 
 Batches are a pure function of (seed, micro-batch index): an endless stream of per-epoch permutations of the
 training set, so a resumed run sees exactly the batches the uninterrupted run would have seen. The learning rate
@@ -22,6 +22,7 @@ from torch import nn
 from rankwise.core.progress import progress, say
 from rankwise.errors import InvalidInputError, NumericalError
 from rankwise.training.checkpoint import load_checkpoint, save_checkpoint, trainable
+from rankwise.training.optimizers import OptimizerFactory, adamw, optimizer_label
 from rankwise.training.schedule import lr_at
 
 
@@ -73,6 +74,7 @@ class TrainResult:
     evals: list[dict[str, float]] = field(default_factory=list)  # periodic evaluations with their step
     wall_s: float = 0.0
     resumed_from: int | None = None
+    optimizer: torch.optim.Optimizer | None = None  # the optimizer used, with its final state (not in summary())
 
     @property
     def losses(self) -> list[float]:
@@ -90,25 +92,38 @@ def batch_indices(micro_batch: int, batch_size: int, num_train: int, seed: int) 
     return torch.tensor(out)
 
 
-def train(module: nn.Module, task: Task, config: TrainConfig, out_dir: str | Path | None = None, resume: bool = True) -> TrainResult:
+def train(
+    module: nn.Module,
+    task: Task,
+    config: TrainConfig,
+    out_dir: str | Path | None = None,
+    resume: bool = True,
+    optimizer: OptimizerFactory | None = None,
+) -> TrainResult:
     """Train the trainable parameters of `module` on `task`; returns losses and evaluations.
 
-    With `out_dir` and `config.checkpoint_every`, a checkpoint is written to `out_dir/checkpoint` every N steps and,
-    if `resume`, an existing one is continued exactly. A NaN or infinite loss or gradient stops training with a
-    NumericalError; the last good checkpoint stays on disk.
+    `optimizer` builds the optimizer from (module, config) — default `optimizers.adamw()`; it must cover every
+    trainable parameter. With `out_dir` and `config.checkpoint_every`, a checkpoint is written to
+    `out_dir/checkpoint` every N steps and, if `resume`, an existing one is continued exactly. A NaN or infinite loss
+    or gradient stops training with a NumericalError; the last good checkpoint stays on disk.
     """
     config.validate()
     params = list(trainable(module).values())
     if not params:
         raise InvalidInputError("the module has no trainable parameters: add an adapter (or unfreeze something) first")
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    factory = optimizer or adamw()
+    opt = factory(module, config)
+    _check_covers(opt, trainable(module))
+    # Each group follows the schedule at its own learning rate relative to config.lr (read before any resume).
+    lr_scale = [group["lr"] / config.lr for group in opt.param_groups]
     ckpt = Path(out_dir) / "checkpoint" if out_dir is not None else None
     run = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("eval_every", "checkpoint_every")}
     run["task"] = task.name
-    result = TrainResult(steps=0, final={})
+    run["optimizer"] = optimizer_label(factory)  # resuming with another optimizer is refused
+    result = TrainResult(steps=0, final={}, optimizer=opt)
     start_step = 0
     if ckpt is not None and resume and (ckpt / "trainer.json").is_file():
-        meta = load_checkpoint(ckpt, module, optimizer, run)
+        meta = load_checkpoint(ckpt, module, opt, run)
         start_step = int(meta["step"])
         result.history, result.evals, result.resumed_from = list(meta.get("history", [])), list(meta.get("evals", [])), start_step
         say(f"resuming {task.name} from the checkpoint at step {start_step} in {ckpt}")
@@ -118,8 +133,8 @@ def train(module: nn.Module, task: Task, config: TrainConfig, out_dir: str | Pat
     bar = progress(range(start_step, config.steps), desc=f"train {task.name}", total=config.steps, initial=start_step)
     for step in bar:
         lr = lr_at(step, config.steps, config.lr, config.warmup_steps, config.min_lr_ratio)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        for group, scale in zip(opt.param_groups, lr_scale):
+            group["lr"] = lr * scale
         total = 0.0
         for micro in range(config.grad_accum):
             batch = task.batch(batch_indices(step * config.grad_accum + micro, config.batch_size, task.num_train, config.seed))
@@ -131,8 +146,8 @@ def train(module: nn.Module, task: Task, config: TrainConfig, out_dir: str | Pat
         norm = _grad_norm(params, config.max_grad_norm)
         if not math.isfinite(norm):
             _stop(f"the gradient norm became {norm} at step {step + 1}", ckpt, result)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
         result.history.append({"step": step + 1, "loss": total, "lr": lr, "grad_norm": norm})
         bar.set_postfix(loss=f"{total:.4f}")
         done = step + 1
@@ -140,13 +155,23 @@ def train(module: nn.Module, task: Task, config: TrainConfig, out_dir: str | Pat
             result.evals.append({"step": done, **task.evaluate(module)})
             module.train()
         if ckpt is not None and config.checkpoint_every and done % config.checkpoint_every == 0:
-            save_checkpoint(ckpt, module, optimizer, done, {"run": run, "history": result.history, "evals": result.evals})
+            save_checkpoint(ckpt, module, opt, done, {"run": run, "history": result.history, "evals": result.evals})
     module.eval()
     result.steps = config.steps
     result.final = task.evaluate(module)
     result.evals.append({"step": config.steps, **result.final})
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+def _check_covers(opt: torch.optim.Optimizer, params: dict[str, nn.Parameter]) -> None:
+    covered = {id(p) for group in opt.param_groups for p in group["params"]}
+    missing = [n for n, p in params.items() if id(p) not in covered]
+    if missing:
+        raise InvalidInputError(
+            f"the optimizer does not update {len(missing)} trainable parameter(s), e.g. {missing[:3]}: its factory must "
+            "cover every parameter with requires_grad (freeze the others first)"
+        )
 
 
 def _grad_norm(params: list[nn.Parameter], max_norm: float | None) -> float:
