@@ -23,13 +23,14 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, seed: int) -> None:
     opt.step()
 
 
-def _only_tensors_and_numbers(obj) -> bool:
-    """Values are tensors, numbers, bools or None (in dicts keyed by str/int, lists and tuples): no pickled objects."""
+def _only_plain_values(obj) -> bool:
+    """Values are tensors, numbers, bools, strings (option names) or None, in dicts keyed by str/int, lists and
+    tuples: no pickled objects."""
     if isinstance(obj, dict):
-        return all(isinstance(k, (str, int)) and _only_tensors_and_numbers(v) for k, v in obj.items())
+        return all(isinstance(k, (str, int)) and _only_plain_values(v) for k, v in obj.items())
     if isinstance(obj, (list, tuple)):
-        return all(_only_tensors_and_numbers(v) for v in obj)
-    return obj is None or isinstance(obj, (torch.Tensor, int, float, bool))
+        return all(_only_plain_values(v) for v in obj)
+    return obj is None or isinstance(obj, (torch.Tensor, int, float, bool, str))
 
 
 def test_state_dict_is_plain_and_resume_is_bit_identical():
@@ -39,7 +40,7 @@ def test_state_dict_is_plain_and_resume_is_bit_identical():
         _step(model, opt, i)
     buf = io.BytesIO()
     torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buf)
-    assert _only_tensors_and_numbers(opt.state_dict())
+    assert _only_plain_values(opt.state_dict())
 
     buf.seek(0)
     ckpt = torch.load(buf, weights_only=True)

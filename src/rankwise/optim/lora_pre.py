@@ -11,7 +11,8 @@ For a 2-D parameter W [p, q] with gradient g, the state is four thin factors ins
     2. one Newton step of (m_B, m_A) towards g with gamma1 = 1 - sqrt(beta1), and of (v_B, v_A) towards |g| with
        gamma2 = 1 - beta2^(1/4), so the reconstructed moments forget at Adam's rates;
     3. m = beta1 m_prev + (1-beta1) g,  v = beta2 v_prev + (1-beta2) g^2, then the AdamW update with bias correction
-       and decoupled weight decay, exactly as torch.optim.AdamW does it.
+       and decoupled weight decay as torch.optim.AdamW does it — except that v's bias correction, by default, matches
+       how the factored v builds up from zero (`v_bias_correction`, see `surrogate_v_correction`).
 Parameters that are not 2-D, and every parameter of a group with `rank=None`, get plain AdamW, bit-identical to
 `torch.optim.AdamW(foreach=False)`.
 """
@@ -27,6 +28,7 @@ from rankwise.errors import InvalidInputError, NumericalError
 from rankwise.optim.low_rank_regression import DEFAULT_RIDGE, gamma_for_beta, newton_factor_step_
 
 NONFINITE_POLICIES = ("raise", "skip")
+V_BIAS_CORRECTIONS = ("adam", "surrogate")
 FACTOR_KEYS = ("m_B", "m_A", "v_B", "v_A")
 DENSE_KEYS = ("exp_avg", "exp_avg_sq")
 
@@ -43,6 +45,12 @@ class LoRAPre(torch.optim.Optimizer):
         init_std: the A factors start as N(0, init_std^2), the B factors at zero.
         use_updated_factors: reconstruct the previous moments from the factors after this step's regression
             instead of before it (the paper's ordering here is ambiguous; False is the default reading).
+        v_bias_correction: "surrogate" (default): divide v by the fraction of g^2 the factored v holds after t steps
+            of a constant gradient, beta2 (1 - beta2^((t-1)/2))^2 + 1 - beta2; or "adam": Adam's 1 - beta2^t, the
+            literal reading of the card. The factors of v build up at rate sqrt(beta2) per step on |g|, so their
+            square grows far slower than Adam's EMA of g^2: with Adam's correction v is underestimated for the first
+            ~1/(1-beta2) steps (28x at step 100), inflating the steps — full-rank LoRA-Pre then diverges where AdamW
+            trains (measured in the reproduction); with the surrogate correction it matches AdamW's steps.
         nonfinite: "raise" (NumericalError) or "skip" (the whole step is skipped, state untouched, counted in
             `skipped_steps`) when any gradient holds NaN or Inf.
         seed: seeds the random initialisation of the A factors, so runs (and DDP ranks) agree.
@@ -60,6 +68,7 @@ class LoRAPre(torch.optim.Optimizer):
         ridge: float = DEFAULT_RIDGE,
         init_std: float = 0.02,
         use_updated_factors: bool = False,
+        v_bias_correction: str = "surrogate",
         nonfinite: str = "raise",
         seed: int = 0,
     ) -> None:
@@ -67,7 +76,7 @@ class LoRAPre(torch.optim.Optimizer):
             raise InvalidInputError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         defaults = dict(
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, rank=rank,
-            ridge=ridge, init_std=init_std, use_updated_factors=use_updated_factors,
+            ridge=ridge, init_std=init_std, use_updated_factors=use_updated_factors, v_bias_correction=v_bias_correction,
         )
         super().__init__(params, defaults)
         self.nonfinite = nonfinite
@@ -160,7 +169,11 @@ class LoRAPre(torch.optim.Optimizer):
             p.mul_(1 - lr * wd)
         step = state["step"].item()
         bias_correction1 = 1 - beta1**step
-        bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+        if group["v_bias_correction"] == "surrogate":
+            built = step if group["use_updated_factors"] else step - 1  # regressions the blended factors have seen
+            bias_correction2_sqrt = surrogate_v_correction(beta2, built) ** 0.5
+        else:
+            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
         denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
         p.add_((exp_avg / denom).to(p.dtype), alpha=-(lr / bias_correction1))
 
@@ -220,6 +233,12 @@ class LoRAPre(torch.optim.Optimizer):
                     _check_entry(entry, p, saved, key)
 
 
+def surrogate_v_correction(beta2: float, regressions: int) -> float:
+    """Fraction of g^2 that v = beta2 (v_B v_A)^2 + (1 - beta2) g^2 holds for a constant gradient g when the factors,
+    started at zero, have taken `regressions` steps towards |g| (their product reaches 1 - beta2^(k/2) of |g|)."""
+    return beta2 * (1 - beta2 ** (regressions / 2)) ** 2 + (1 - beta2)
+
+
 def is_factored(p: torch.Tensor, group: dict[str, Any]) -> bool:
     """Whether LoRA-Pre keeps low-rank moments for `p` in `group` (a 2-D parameter in a group with a rank)."""
     return group["rank"] is not None and p.dim() == 2
@@ -229,6 +248,8 @@ def _check_group(group: dict[str, Any]) -> None:
     beta1, beta2 = group["betas"]
     if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
         raise InvalidInputError(f"betas must lie in [0, 1), got {group['betas']}")
+    if group["v_bias_correction"] not in V_BIAS_CORRECTIONS:
+        raise InvalidInputError(f"v_bias_correction must be one of {V_BIAS_CORRECTIONS}, got {group['v_bias_correction']!r}")
     if group["lr"] < 0 or group["eps"] < 0 or group["weight_decay"] < 0 or group["ridge"] < 0:
         raise InvalidInputError("lr, eps, weight_decay and ridge must be non-negative")
     rank = group["rank"]

@@ -169,8 +169,9 @@ def _run(size: str, seed: int) -> Report:
     report.note("LoRA uses alpha = 2r; PiSSA is LoRA with principal-singular-vector init (PEFT's 'pissa'), kept as a delta "
                 "on the unchanged base weight. The card's 300 steps x batch 16 and 3 seeds were cut (to 100 x 8, two seeds) "
                 "because the machine was shared by several full runs at once; the per-seed rows show how much of a "
-                "difference is seed noise. The full-FT reference trains its head at the full-FT learning rate (1e-4), so its "
-                "accuracy is not comparable; it exists to measure the update's spectrum (experiment A).")
+                "difference is seed noise. The full-FT reference (the targeted weights and the head, one seed) is there to "
+                "measure the update's spectrum (experiment A); it also gives the accuracy ceiling of this budget-free "
+                "setting, at its own learning rate (1e-4 for the weights and the head alike).")
     if hasattr(os, "getloadavg"):
         load = os.getloadavg()[0]
         report.note(f"1-minute load average at the end of the run: {load:.1f} on {os.cpu_count()} logical cores; above the core "
