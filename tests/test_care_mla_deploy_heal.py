@@ -48,7 +48,7 @@ def test_heal_trains_only_mla_parameters_and_resumes_exactly(teacher, tmp_path):
 
     resumed = _student(teacher)
     first = heal(resumed, teacher, TRAIN, CFG, checkpoint_dir=tmp_path, stop_after=2)  # "interrupted" after 2 steps
-    assert (first.start_step, first.steps) == (0, 2) and (tmp_path / CHECKPOINT_NAME).is_file()
+    assert (first.start_step, first.steps) == (0, 2) and (tmp_path / CHECKPOINT_NAME / "trainer.json").is_file()
     fresh = _student(teacher)  # a new process: rebuild the model, resume from the checkpoint
     second = heal(fresh, teacher, TRAIN, CFG, checkpoint_dir=tmp_path)
     assert second.start_step == 2 and first.losses + second.losses == result.losses
@@ -62,9 +62,10 @@ def test_heal_bad_input(teacher, tmp_path):
         heal(student, teacher, TRAIN[0], CFG)
     with pytest.raises(InvalidInputError):
         heal(student, teacher, TRAIN, HealConfig(steps=0))
-    (tmp_path / CHECKPOINT_NAME).write_bytes(b"not a safetensors file")
+    heal(student, teacher, TRAIN, CFG, checkpoint_dir=tmp_path, stop_after=2)
+    (tmp_path / CHECKPOINT_NAME / "state.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(CorruptFileError):
-        heal(student, teacher, TRAIN, CFG, checkpoint_dir=tmp_path)
+        heal(_student(teacher), teacher, TRAIN, CFG, checkpoint_dir=tmp_path)
     with pytest.raises(InvalidInputError, match="MLA"):
         heal(teacher, teacher, TRAIN, CFG)
 

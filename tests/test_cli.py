@@ -22,3 +22,16 @@ def test_unknown_reproduction_is_a_clear_error(capsys):
 def test_eval_ppl_on_smollm2(capsys):
     assert main(["--quiet", "eval", "ppl", "--model", "smollm2-135m", "--max-windows", "2", "--seq-len", "256"]) == 0
     assert "perplexity" in capsys.readouterr().out
+
+
+def test_threads_option_sets_torch_threads_and_rejects_zero(capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        assert main(["--threads", "1", "list"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert main(["--threads", "0", "list"]) == 2
+    assert "--threads must be at least 1" in capsys.readouterr().err

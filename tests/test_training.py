@@ -163,3 +163,17 @@ def test_top_k_layers_and_bad_input():
         train(tiny_llama().requires_grad_(False), _lm_task(), TrainConfig(steps=1))
     with pytest.raises(InvalidInputError, match="labels must lie"):
         ClassificationTask(WordTokenizer(), ["a"], [5], ["a"], [0], num_labels=3)
+
+
+def test_training_in_slices_equals_one_run(tmp_path):
+    config = TrainConfig(steps=6, batch_size=4, lr=1e-2, warmup_ratio=0.3)
+    straight = _adapted_lm()
+    ref = train(straight, _lm_task(), config)
+    sliced = _adapted_lm()
+    first = train(sliced, _lm_task(), config, out_dir=tmp_path, stop_after=2)  # checkpoint written at the stop
+    assert first.steps == 2 and first.final == {} and (tmp_path / "checkpoint" / "trainer.json").is_file()
+    train(_adapted_lm(), _lm_task(), config, out_dir=tmp_path, stop_after=4)  # each slice a fresh model, as a new process
+    last = train(_adapted_lm(), _lm_task(), config, out_dir=tmp_path)
+    assert last.resumed_from == 4 and last.losses == ref.losses and last.final == ref.final
+    with pytest.raises(InvalidInputError, match="stop_after"):
+        train(_adapted_lm(), _lm_task(), config, stop_after=0)

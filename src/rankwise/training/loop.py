@@ -68,8 +68,8 @@ class TrainConfig:
 
 @dataclass
 class TrainResult:
-    steps: int
-    final: dict[str, float]  # evaluation after the last step
+    steps: int  # steps done when this call returned (config.steps unless stopped early)
+    final: dict[str, float]  # evaluation after the last step (empty when stopped early)
     history: list[dict[str, float]] = field(default_factory=list)  # per step: step, loss, lr, grad_norm
     evals: list[dict[str, float]] = field(default_factory=list)  # periodic evaluations with their step
     wall_s: float = 0.0
@@ -99,6 +99,7 @@ def train(
     out_dir: str | Path | None = None,
     resume: bool = True,
     optimizer: OptimizerFactory | None = None,
+    stop_after: int | None = None,
 ) -> TrainResult:
     """Train the trainable parameters of `module` on `task`; returns losses and evaluations.
 
@@ -106,8 +107,14 @@ def train(
     trainable parameter. With `out_dir` and `config.checkpoint_every`, a checkpoint is written to
     `out_dir/checkpoint` every N steps and, if `resume`, an existing one is continued exactly. A NaN or infinite loss
     or gradient stops training with a NumericalError; the last good checkpoint stays on disk.
+
+    `stop_after` ends this call once that many steps (in total, counting resumed ones) are done: a run trained in
+    slices. The schedule still spans `config.steps`; a checkpoint is written at the stop (with `out_dir`), and the
+    final evaluation is skipped until the last slice.
     """
     config.validate()
+    if stop_after is not None and stop_after < 1:
+        raise InvalidInputError(f"stop_after must be at least 1, got {stop_after}")
     params = list(trainable(module).values())
     if not params:
         raise InvalidInputError("the module has no trainable parameters: add an adapter (or unfreeze something) first")
@@ -130,7 +137,8 @@ def train(
 
     t0 = time.perf_counter()
     module.train()
-    bar = progress(range(start_step, config.steps), desc=f"train {task.name}", total=config.steps, initial=start_step)
+    end = config.steps if stop_after is None else min(config.steps, max(stop_after, start_step))
+    bar = progress(range(start_step, end), desc=f"train {task.name}", total=config.steps, initial=start_step)
     for step in bar:
         lr = lr_at(step, config.steps, config.lr, config.warmup_steps, config.min_lr_ratio)
         for group, scale in zip(opt.param_groups, lr_scale):
@@ -154,12 +162,14 @@ def train(
         if config.eval_every and done % config.eval_every == 0 and done < config.steps:
             result.evals.append({"step": done, **task.evaluate(module)})
             module.train()
-        if ckpt is not None and config.checkpoint_every and done % config.checkpoint_every == 0:
+        periodic = bool(config.checkpoint_every) and done % config.checkpoint_every == 0
+        if ckpt is not None and (periodic or done == end < config.steps):
             save_checkpoint(ckpt, module, opt, done, {"run": run, "history": result.history, "evals": result.evals})
     module.eval()
-    result.steps = config.steps
-    result.final = task.evaluate(module)
-    result.evals.append({"step": config.steps, **result.final})
+    result.steps = end
+    if end == config.steps:
+        result.final = task.evaluate(module)
+        result.evals.append({"step": config.steps, **result.final})
     result.wall_s = time.perf_counter() - t0
     return result
 
