@@ -147,3 +147,41 @@ def test_bad_input(model):
         convert_to_deployable_mla(BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)), 4, 4, calibration=CALIB)
     with pytest.raises(InvalidInputError, match="MLA"):
         set_absorb(model, True)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "additive", "per-head"])
+def test_single_head_decode_equals_broadcast_sdpa(mask_kind):
+    from rankwise.compress.mla_deploy.attention import _single_head_decode
+
+    gen = torch.Generator().manual_seed(0)
+    b, h, s = 2, 6, 17
+    q_lat, q_rope = torch.randn(b, h, 1, 10, generator=gen), torch.randn(b, h, 1, 4, generator=gen)
+    latent, k_rope = torch.randn(b, 1, s, 17, generator=gen), torch.randn(b, 1, s, 4, generator=gen)
+    c_k, c_v = latent.split([10, 7], dim=-1)  # views into the cache, as in the model
+    keep = torch.rand(b, 1, 1, s, generator=gen) > 0.3
+    keep[..., -1] = True  # the token itself is always visible
+    mask = {"none": None, "bool": keep, "additive": torch.zeros(b, 1, 1, s).masked_fill(~keep, float("-inf")),
+            "per-head": keep.expand(b, h, 1, s)}[mask_kind]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        torch.cat([q_lat, q_rope], -1), torch.cat([c_k, k_rope], -1), c_v, attn_mask=mask, scale=0.3, enable_gqa=True)
+    torch.testing.assert_close(_single_head_decode(q_lat, q_rope, c_k, k_rope, c_v, mask, 0.3), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_absorbed_decoding_with_left_padding_matches_expanded(mla):
+    ids = _ids(2, 12)
+    attention = torch.ones_like(ids)
+    attention[1, :5] = 0  # the second prompt is left-padded
+    runs = []
+    for absorb in (True, False):
+        set_absorb(mla, absorb)
+        cache, mask = DynamicCache(config=mla.config), attention
+        with torch.no_grad():
+            out = mla(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+            logits = [out.logits[:, -1]]
+            for _ in range(3):
+                token = logits[-1].argmax(-1, keepdim=True)
+                mask = torch.cat([mask, torch.ones_like(token)], dim=1)
+                logits.append(mla(input_ids=token, attention_mask=mask, cache=cache, use_cache=True).logits[:, -1])
+        runs.append(torch.stack(logits))
+    set_absorb(mla, True)
+    torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=1e-4)
