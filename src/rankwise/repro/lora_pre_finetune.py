@@ -111,6 +111,14 @@ def weight_matrix_state_bytes(classifier: torch.nn.Module, optimizer: torch.opti
     return optimizer_state_bytes(optimizer, matrices)
 
 
+def _row(arm: str, lr: float, seed: int, result, params: int, state: tuple[int, int], val: dict | None = None) -> dict:
+    """One row of the every-run table."""
+    return {"arm": arm, "lr": lr, "seed": seed, "validation accuracy": val["accuracy"] if val else None,
+            "held-out accuracy": result.final["accuracy"], "held-out loss": result.final["eval_loss"],
+            "trainable params": params, "optimizer state bytes": state[0], "weight-matrix state bytes": state[1],
+            "train s": result.wall_s}
+
+
 def finetune_experiment(report: Report, size: str, seed: int) -> None:
     """Adds the fine-tuning tables and claims to `report`."""
     _experiment(report, SETUPS[size], size, seed)
@@ -133,10 +141,7 @@ def _experiment(report: Report, s: FinetuneSetup, size: str, seed: int) -> None:
             classifier, result, params = _run_arm(kind, base, task, s, lr, seed)
             val = val_task.evaluate(classifier)
             state = (optimizer_state_bytes(result.optimizer), weight_matrix_state_bytes(classifier, result.optimizer))
-            runs.add(arm=arm, lr=lr, seed=seed, **{
-                "validation accuracy": val["accuracy"], "held-out accuracy": result.final["accuracy"],
-                "held-out loss": result.final["eval_loss"], "trainable params": params, "optimizer state bytes": state[0],
-                "weight-matrix state bytes": state[1], "train s": result.wall_s})
+            runs.add(**_row(arm, lr, seed, result, params, state, val))
             say(f"[lora-pre] {arm} lr={lr:g}: validation {val['accuracy']:.3f}, held-out {result.final['accuracy']:.3f}")
             key = (val["accuracy"], -val["eval_loss"])
             if best is None or key > best[0]:
@@ -145,18 +150,12 @@ def _experiment(report: Report, s: FinetuneSetup, size: str, seed: int) -> None:
         for extra in range(1, s.seeds):
             _, result, _ = _run_arm(kind, base, task, s, lr, seed + extra)
             accs.append(result.final["accuracy"])
-            runs.add(arm=arm, lr=lr, seed=seed + extra, **{
-                "validation accuracy": None, "held-out accuracy": result.final["accuracy"],
-                "held-out loss": result.final["eval_loss"], "trainable params": params, "optimizer state bytes": state[0],
-                "weight-matrix state bytes": state[1], "train s": result.wall_s})
+            runs.add(**_row(arm, lr, seed + extra, result, params, state))
         chosen[arm] = (lr, accs, state, params)
         if kind == "lora-pre":  # ablation at the picked lr and seed: the card's literal (Adam) v bias correction
             ablation = f"{arm[: -len(' (full FT)')]}, Adam's v correction (full FT)"
             _, result, _ = _run_arm(kind, base, task, s, lr, seed, v_bias_correction="adam")
-            runs.add(arm=ablation, lr=lr, seed=seed, **{
-                "validation accuracy": None, "held-out accuracy": result.final["accuracy"],
-                "held-out loss": result.final["eval_loss"], "trainable params": params, "optimizer state bytes": state[0],
-                "weight-matrix state bytes": state[1], "train s": result.wall_s})
+            runs.add(**_row(ablation, lr, seed, result, params, state))
             ablated = (ablation, lr, [result.final["accuracy"]], state, params)
     chosen[ablated[0]] = ablated[1:]
 
@@ -170,9 +169,9 @@ def _experiment(report: Report, s: FinetuneSetup, size: str, seed: int) -> None:
     mean = {}
     for arm, (lr, accs, state, _) in chosen.items():
         mean[arm] = stats.mean(accs)
-        summary.add(arm=arm, lr=lr, seeds=len(accs), **{"mean accuracy": mean[arm], "min accuracy": min(accs), "max accuracy": max(accs),
-                                       "optimizer state bytes": state[0], "state / AdamW": state[0] / adamw_state[0],
-                                       "weight-matrix state / AdamW": state[1] / adamw_state[1]})
+        summary.add(arm=arm, lr=lr, seeds=len(accs), **{
+            "mean accuracy": mean[arm], "min accuracy": min(accs), "max accuracy": max(accs), "optimizer state bytes": state[0],
+            "state / AdamW": state[0] / adamw_state[0], "weight-matrix state / AdamW": state[1] / adamw_state[1]})
     lp, lora, full = mean[f"LoRA-Pre r={r} (full FT)"], mean[f"LoRA r={r} + AdamW"], mean["AdamW (full FT)"]
     report.claim("finetune-beats-lora",
                  f"fine-tuning: LoRA-Pre (state rank {r}) minus a rank-{r} LoRA adapter, mean held-out accuracy in points "
