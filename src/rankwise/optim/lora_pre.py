@@ -56,6 +56,9 @@ class LoRAPre(torch.optim.Optimizer):
         seed: seeds the random initialisation of the A factors, so runs (and DDP ranks) agree.
     """
 
+    # The per-parameter factor names, B before A for each moment; subclasses that keep other factors override it.
+    factor_keys: tuple[str, ...] = FACTOR_KEYS
+
     def __init__(
         self,
         params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
@@ -72,12 +75,17 @@ class LoRAPre(torch.optim.Optimizer):
         nonfinite: str = "raise",
         seed: int = 0,
     ) -> None:
-        if nonfinite not in NONFINITE_POLICIES:
-            raise InvalidInputError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         defaults = dict(
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, rank=rank,
             ridge=ridge, init_std=init_std, use_updated_factors=use_updated_factors, v_bias_correction=v_bias_correction,
         )
+        self._setup(params, defaults, nonfinite, seed)
+
+    def _setup(self, params: Any, defaults: dict[str, Any], nonfinite: str, seed: int) -> None:
+        """torch.optim.Optimizer's __init__ with `defaults` (checking every group), plus LoRAPre's own attributes;
+        shared with subclasses whose hyperparameters differ."""
+        if nonfinite not in NONFINITE_POLICIES:
+            raise InvalidInputError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {nonfinite!r}")
         super().__init__(params, defaults)
         self.nonfinite = nonfinite
         self.seed = int(seed)
@@ -87,10 +95,14 @@ class LoRAPre(torch.optim.Optimizer):
         """torch's add_param_group (used by __init__ too), then a check of the group's rank and rates."""
         super().add_param_group(param_group)
         try:
-            _check_group(self.param_groups[-1])
+            self._check_group(self.param_groups[-1])
         except InvalidInputError:
             self.param_groups.pop()  # leave the optimizer as it was
             raise
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        """Raise InvalidInputError if a group's hyperparameters are out of range (a hook for subclasses)."""
+        _check_group(group)
 
     # ---- the step ----------------------------------------------------------------------------------------------
 
@@ -104,7 +116,7 @@ class LoRAPre(torch.optim.Optimizer):
             if self.nonfinite == "raise":
                 raise NumericalError(
                     "a gradient holds NaN or Inf; the optimizer state was left unchanged. Lower the learning rate, "
-                    "check the loss, or construct LoRAPre(..., nonfinite='skip') to skip such steps"
+                    f"check the loss, or construct {type(self).__name__}(..., nonfinite='skip') to skip such steps"
                 )
             self.skipped_steps += 1
             return loss
@@ -113,7 +125,7 @@ class LoRAPre(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is not None:
                     if p.grad.is_sparse:
-                        raise InvalidInputError("LoRAPre does not support sparse gradients; use dense embeddings")
+                        raise InvalidInputError(f"{type(self).__name__} does not support sparse gradients; use dense embeddings")
                     if is_factored(p, group):
                         self._factored_step(p, group, index)
                     else:
@@ -179,13 +191,7 @@ class LoRAPre(torch.optim.Optimizer):
 
     def _initial_factors(self, p: torch.Tensor, group: dict[str, Any], index: int) -> dict[str, torch.Tensor]:
         """B factors at zero, A factors N(0, init_std^2) from a generator keyed by (seed, parameter index)."""
-        rows, cols = p.shape
-        r = group["rank"]
-        dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        draw = lambda: (torch.randn(r, cols, generator=gen, dtype=torch.float32) * group["init_std"]).to(p.device, dtype)
-        zeros = lambda: torch.zeros(rows, r, dtype=dtype, device=p.device)
-        return {"step": torch.tensor(0.0, dtype=torch.float32), "m_B": zeros(), "m_A": draw(), "v_B": zeros(), "v_A": draw()}
+        return initial_factor_state(p, group["rank"], group["init_std"], self.seed, index, self.factor_keys)
 
     @torch.no_grad()
     def low_rank_moments(self, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,8 +214,8 @@ class LoRAPre(torch.optim.Optimizer):
         for saved, group in zip(state_dict["param_groups"], self.param_groups):
             for key, p in zip(saved["params"], group["params"]):
                 entry = state_dict["state"].get(key, {})
-                if "m_B" in entry and p.dtype in (torch.float16, torch.bfloat16):
-                    for k in FACTOR_KEYS:
+                if self.factor_keys[0] in entry and p.dtype in (torch.float16, torch.bfloat16):
+                    for k in self.factor_keys:
                         self.state[p][k] = entry[k].to(device=p.device, dtype=torch.float32)
 
     def _check_loadable(self, state_dict: dict[str, Any]) -> None:
@@ -222,6 +228,14 @@ class LoRAPre(torch.optim.Optimizer):
                 "build the optimizer with the same groups as the one that was saved"
             )
         for saved, group in zip(saved_groups, self.param_groups):
+            # torch replaces each group's hyperparameters by the saved ones: a state saved by another optimizer
+            # (LoRAPre vs LoRAPreMuon) would lack keys this one's step reads.
+            missing = sorted(k for k in self.defaults if k not in saved)
+            if missing:
+                raise InvalidInputError(
+                    f"a saved parameter group lacks {missing}: the state was not saved by {type(self).__name__}; "
+                    "load it into the optimizer that saved it"
+                )
             if len(saved["params"]) != len(group["params"]):
                 raise InvalidInputError(
                     f"a saved parameter group has {len(saved['params'])} parameters, this one {len(group['params'])}: "
@@ -230,7 +244,26 @@ class LoRAPre(torch.optim.Optimizer):
             for key, p in zip(saved["params"], group["params"]):
                 entry = state_dict["state"].get(key)
                 if entry:
-                    _check_entry(entry, p, saved, key)
+                    _check_entry(entry, p, saved, key, self.factor_keys)
+
+
+def initial_factor_state(
+    p: torch.Tensor, rank: int, init_std: float, seed: int, index: int, factor_keys: tuple[str, ...] = FACTOR_KEYS
+) -> dict[str, torch.Tensor]:
+    """Fresh state of a factored parameter p [rows, cols]: a float32 step counter at 0 and, for each (B, A) pair of
+    `factor_keys`, B [rows, rank] at zero and A [rank, cols] ~ N(0, init_std^2).
+
+    The A factors are drawn in order from one CPU generator keyed by (seed, parameter index), so reruns and DDP
+    ranks agree whatever the device. Factors are float32 for fp16/bf16 weights (the Gram solves need it).
+    """
+    rows, cols = p.shape
+    dtype = torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
+    state: dict[str, torch.Tensor] = {"step": torch.tensor(0.0, dtype=torch.float32)}
+    for b_key, a_key in zip(factor_keys[0::2], factor_keys[1::2]):
+        state[b_key] = torch.zeros(rows, rank, dtype=dtype, device=p.device)
+        state[a_key] = (torch.randn(rank, cols, generator=gen, dtype=torch.float32) * init_std).to(p.device, dtype)
+    return state
 
 
 def surrogate_v_correction(beta2: float, regressions: int) -> float:
@@ -245,13 +278,23 @@ def is_factored(p: torch.Tensor, group: dict[str, Any]) -> bool:
 
 
 def _check_group(group: dict[str, Any]) -> None:
+    check_adamw_rates(group)
+    if group["v_bias_correction"] not in V_BIAS_CORRECTIONS:
+        raise InvalidInputError(f"v_bias_correction must be one of {V_BIAS_CORRECTIONS}, got {group['v_bias_correction']!r}")
+    check_group_rank(group)
+
+
+def check_adamw_rates(group: dict[str, Any]) -> None:
+    """The AdamW hyperparameters of a group (betas in [0, 1), non-negative lr, eps, weight_decay, ridge)."""
     beta1, beta2 = group["betas"]
     if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
         raise InvalidInputError(f"betas must lie in [0, 1), got {group['betas']}")
-    if group["v_bias_correction"] not in V_BIAS_CORRECTIONS:
-        raise InvalidInputError(f"v_bias_correction must be one of {V_BIAS_CORRECTIONS}, got {group['v_bias_correction']!r}")
     if group["lr"] < 0 or group["eps"] < 0 or group["weight_decay"] < 0 or group["ridge"] < 0:
         raise InvalidInputError("lr, eps, weight_decay and ridge must be non-negative")
+
+
+def check_group_rank(group: dict[str, Any]) -> None:
+    """A group's rank is None (plain AdamW) or a positive int no larger than min(p, q) of any of its matrices."""
     rank = group["rank"]
     if rank is None:
         return
@@ -265,14 +308,18 @@ def _check_group(group: dict[str, Any]) -> None:
             )
 
 
-def _check_entry(entry: dict[str, Any], p: torch.Tensor, saved_group: dict[str, Any], key: int) -> None:
-    """One saved per-parameter state must match the current parameter's shape (and the saved group's rank)."""
+def _check_entry(
+    entry: dict[str, Any], p: torch.Tensor, saved_group: dict[str, Any], key: int, factor_keys: tuple[str, ...] = FACTOR_KEYS
+) -> None:
+    """One saved per-parameter state must match the current parameter's shape (and the saved group's rank).
+
+    `factor_keys` name B factors (shape [p, r]) and A factors ([r, q]) by their suffix."""
     where = f"saved state #{key} (current parameter shape {tuple(p.shape)})"
-    if "m_B" in entry:
+    if factor_keys[0] in entry:
         r = saved_group.get("rank")
         if p.dim() != 2 or r is None:
             raise InvalidInputError(f"{where} holds low-rank factors, but the parameter is not a 2-D factored one: the model changed")
-        expected = {"m_B": (p.shape[0], r), "v_B": (p.shape[0], r), "m_A": (r, p.shape[1]), "v_A": (r, p.shape[1])}
+        expected = {k: (p.shape[0], r) if k.endswith("_B") else (r, p.shape[1]) for k in factor_keys}
     elif "exp_avg" in entry:
         expected = {k: tuple(p.shape) for k in DENSE_KEYS}
     else:
