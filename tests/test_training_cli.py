@@ -54,6 +54,11 @@ def test_full_fine_tuning_with_lora_pre_saves_a_model(tmp_path, capsys):
     assert 0 < metrics["optimizer_state_bytes"] < 3 * 22_000_000 * 4  # embeddings dense, block matrices rank 4
     reloaded = AutoModel.from_pretrained(out / "model")
     assert sum(p.numel() for p in reloaded.parameters()) + 384 * 12 + 12 == metrics["trainable_parameters"]
+    from rankwise.models import load_model
+
+    again, tokenizer = load_model(out / "model")  # model and tokenizer, as the other commands' folders
+    torch.testing.assert_close(again.embeddings.word_embeddings.weight, reloaded.embeddings.word_embeddings.weight)
+    assert tokenizer("a river")["input_ids"]
     # resuming the same command with another optimizer is refused
     assert main([*args, "--method", "full", "--out", str(out)]) == 2
     assert "different settings" in capsys.readouterr().err

@@ -3,7 +3,8 @@
 Fine-tunes an embedded model with any registered adapter method, or all its weights (`--method full`), with AdamW
 or a low-rank-state optimizer (`--optimizer lora-pre --optimizer-rank 8`), and writes to DIR:
   adapter/         a PEFT folder (peft.PeftModel.from_pretrained(base, DIR/adapter) loads it) + rankwise state
-  model/           instead of adapter/ with --method full: the fine-tuned model (transformers save_pretrained)
+  model/           instead of adapter/ with --method full: the fine-tuned model and its tokenizer (transformers
+                   save_pretrained; rankwise.models.load_model(DIR/model) reloads both)
   head.safetensors the classification head (classification tasks only)
   metrics.json     parameter counts, final evaluation, loss history
   checkpoint/      the last training checkpoint; rerunning the same command resumes from it
@@ -121,8 +122,9 @@ def run(args: argparse.Namespace) -> int:
     )
     result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer)
     if full:
-        with atomic_dir(out / "model") as tmp:
+        with atomic_dir(out / "model") as tmp:  # model + tokenizer: load_model(DIR/model) reloads it
             adapted.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         what, adapter_params = "model", None
     else:
         adapted.save(out / "adapter", base_model_name_or_path=args.model)
