@@ -7,6 +7,7 @@
     result = train(classifier, task, TrainConfig(steps=200, lr=1e-3), out_dir="run")
 """
 
+from rankwise.training.distillation import DistillationTask, distillation_loss
 from rankwise.training.loop import TrainConfig, TrainResult, batch_indices, summary, train
 from rankwise.training.methods import DEFAULT_TARGETS, adapt, available_methods, build_config, default_targets, top_layers
 from rankwise.training.schedule import lr_at
@@ -15,5 +16,5 @@ from rankwise.training.tasks import ClassificationTask, LanguageModelingTask, Se
 __all__ = [
     "TrainConfig", "TrainResult", "batch_indices", "summary", "train", "DEFAULT_TARGETS", "adapt", "available_methods",
     "build_config", "default_targets", "top_layers", "lr_at", "ClassificationTask", "LanguageModelingTask",
-    "SequenceClassifier", "topic_classification",
+    "SequenceClassifier", "topic_classification", "DistillationTask", "distillation_loss",
 ]
