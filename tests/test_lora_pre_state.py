@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from rankwise.errors import InvalidInputError, NumericalError
-from rankwise.optim import LoRAPre, galore_adamw, low_rank_param_groups, optimizer_state_bytes
+from rankwise.optim import LoRAPre, LoRAPreMuon, galore_adamw, low_rank_param_groups, optimizer_state_bytes
 
 
 def _model(width: int = 10) -> nn.Module:
@@ -33,9 +33,17 @@ def _only_plain_values(obj) -> bool:
     return obj is None or isinstance(obj, (torch.Tensor, int, float, bool, str))
 
 
-def test_state_dict_is_plain_and_resume_is_bit_identical():
+VARIANTS = {  # (optimizer class, keyword arguments): both LoRA-Pre variants share the checkpoint contract
+    "adam": (LoRAPre, dict(lr=1e-2, rank=3)),
+    "muon": (LoRAPreMuon, dict(lr=0.02, rank=3, weight_decay=0.01)),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_state_dict_is_plain_and_resume_is_bit_identical(variant):
+    cls, kwargs = VARIANTS[variant]
     model = _model()
-    opt = LoRAPre(model.parameters(), lr=1e-2, rank=3)
+    opt = cls(model.parameters(), **kwargs)
     for i in range(3):
         _step(model, opt, i)
     buf = io.BytesIO()
@@ -46,7 +54,7 @@ def test_state_dict_is_plain_and_resume_is_bit_identical():
     ckpt = torch.load(buf, weights_only=True)
     resumed = _model()
     resumed.load_state_dict(ckpt["model"])
-    resumed_opt = LoRAPre(resumed.parameters(), lr=1e-2, rank=3, seed=123)  # the seed only matters for fresh states
+    resumed_opt = cls(resumed.parameters(), **kwargs, seed=123)  # the seed only matters for fresh states
     resumed_opt.load_state_dict(ckpt["opt"])
     for i in range(3, 6):
         _step(model, opt, i)
