@@ -116,7 +116,7 @@ METHODS: tuple[Method, ...] = (
     M("ivq-concept-bottleneck", "Escaping Low-Rank Traps: Interpretable Visual Concept Learning via Implicit Vector Quantization", "nn"),
     M("la-lora", "Rethinking LoRA for Privacy-Preserving Federated Learning in Large Models", "adapters"),
     M("lmao", "Three Forward, One Backward: Memory-Efficient Full-Rank Fine-Tuning of Large Models via Extra Forward Passes", "optim"),
-    M("lora-pre", "Taming Momentum: Rethinking Optimizer States Through Low-Rank Approximation", "optim", "rankwise.optim:LoRAPre", "rankwise.optim:low_rank_param_groups", "rankwise.optim:galore_adamw", "rankwise.optim:optimizer_state_bytes"),
+    M("lora-pre", "Taming Momentum: Rethinking Optimizer States Through Low-Rank Approximation", "optim", "rankwise.optim:LoRAPre", "rankwise.optim:LoRAPreMuon", "rankwise.optim:low_rank_param_groups", "rankwise.optim:galore_adamw", "rankwise.optim:optimizer_state_bytes"),
     M("lorax", "Low rank adaptation of chemical foundation models generates effective odorant representations", "adapters"),
     M("lorsa", "Towards Understanding the Nature of Attention with Low-Rank Sparse Decomposition", "nn"),
     M("loss-curve-collapse", "Scaling with Collapse: Efficient and Predictable Training of LLM Families", "theory"),
