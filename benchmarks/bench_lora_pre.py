@@ -28,7 +28,7 @@ from torch import nn
 from rankwise.core.io import write_text_atomic
 from rankwise.data import token_windows
 from rankwise.models import load_model
-from rankwise.optim import LoRAPre, galore_adamw, low_rank_param_groups, optimizer_state_bytes, split_low_rank_params
+from rankwise.optim import LoRAPre, LoRAPreMuon, galore_adamw, low_rank_param_groups, optimizer_state_bytes, split_low_rank_params
 from rankwise.registry import repo_root
 from rankwise.repro.lora_pre import SETUPS, _model
 
@@ -43,7 +43,16 @@ def _makers(rank: int) -> dict[str, Callable[[nn.Module], torch.optim.Optimizer]
         f"GaLore r={rank}": lambda m: galore_adamw(m, 1e-3, rank, update_proj_gap=GALORE_GAP, scale=0.25),
         f"LoRA-Pre r={rank}": lambda m: LoRAPre(low_rank_param_groups(m, rank), lr=1e-3, weight_decay=0.0),
         f"LoRA-Pre r={r8}": lambda m: LoRAPre(low_rank_param_groups(m, r8), lr=1e-3, weight_decay=0.0),
+        f"LoRA-Pre (Muon) r={rank}": lambda m: LoRAPreMuon(_muon_groups(m, rank)),
     }
+
+
+def _muon_groups(model: nn.Module, rank: int) -> list[dict]:
+    """Muon's lr (0.02) for the factored matrices, an AdamW lr for the dense rest (embeddings, norms)."""
+    groups = low_rank_param_groups(model, rank)
+    for group in groups[1:]:
+        group["lr"] = 1e-3
+    return groups
 
 
 def _state_columns(opt: torch.optim.Optimizer, model: nn.Module, ref: tuple[int, int]) -> dict[str, str]:
