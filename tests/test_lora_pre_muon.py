@@ -211,7 +211,7 @@ def test_loading_a_mismatched_state_is_a_clear_error():
     _step(model, adam, 0)
     with pytest.raises(InvalidInputError, match="not saved by LoRAPreMuon"):
         LoRAPreMuon(model.parameters(), rank=3).load_state_dict(adam.state_dict())
-    with pytest.raises(InvalidInputError, match="not saved by LoRAPre"):
+    with pytest.raises(InvalidInputError, match="not saved by this optimizer"):
         LoRAPre(model.parameters(), rank=3).load_state_dict(opt.state_dict())
 
 

@@ -1,5 +1,6 @@
 """LoRA-Pre: checkpointing, resume, bad input, and the GaLore baseline's wiring."""
 
+import copy
 import io
 import math
 
@@ -156,3 +157,23 @@ def test_galore_baseline_applies_the_projected_adam_update():
     expected = w0 - 1e-2 * 0.25 * (p @ (r / (r.abs() + 1e-8 / 0.001**0.5)))
     torch.testing.assert_close(model[0].weight.detach(), expected, rtol=1e-5, atol=1e-6)
     assert optimizer_state_bytes(opt) == (5 * 2 + 2 * 2 * 12) * 4  # projector + two rank-2 moments
+
+
+def test_a_state_saved_before_v_bias_correction_existed_resumes_with_adams_correction():
+    model = _model()
+    opt = LoRAPre(model.parameters(), lr=1e-2, rank=3, v_bias_correction="adam")
+    for i in range(3):
+        _step(model, opt, i)
+    old = copy.deepcopy(opt.state_dict())  # a state dict shares its tensors with the live optimizer
+    for group in old["param_groups"]:
+        del group["v_bias_correction"]  # as written by the first release
+    resumed = _model()
+    resumed.load_state_dict(model.state_dict())
+    resumed_opt = LoRAPre(resumed.parameters(), lr=1e-2, rank=3)  # today's default is "surrogate"
+    resumed_opt.load_state_dict(old)
+    assert all(g["v_bias_correction"] == "adam" for g in resumed_opt.param_groups)
+    for i in range(3, 5):
+        _step(model, opt, i)
+        _step(resumed, resumed_opt, i)
+    for p, q in zip(model.parameters(), resumed.parameters()):
+        assert torch.equal(p, q)

@@ -58,6 +58,9 @@ class LoRAPre(torch.optim.Optimizer):
 
     # The per-parameter factor names, B before A for each moment; subclasses that keep other factors override it.
     factor_keys: tuple[str, ...] = FACTOR_KEYS
+    # Hyperparameters added after states were first saved, with the value that reproduces those runs: a state saved
+    # before `v_bias_correction` existed was trained with Adam's correction, so it resumes with it.
+    legacy_group_defaults: dict[str, Any] = {"v_bias_correction": "adam"}
 
     def __init__(
         self,
@@ -208,6 +211,9 @@ class LoRAPre(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a state saved by `state_dict()`, after checking that it fits these parameters (shapes and ranks)."""
+        if isinstance(state_dict, dict) and isinstance(state_dict.get("param_groups"), list):
+            state_dict = {**state_dict, "param_groups": [
+                {**self.legacy_group_defaults, **g} if isinstance(g, dict) else g for g in state_dict["param_groups"]]}
         self._check_loadable(state_dict)
         super().load_state_dict(state_dict)
         # torch casts loaded state to each parameter's dtype; factors of bf16/fp16 weights must stay in float32.
@@ -326,6 +332,11 @@ def _check_entry(
         raise InvalidInputError(f"{where} has neither low-rank factors nor AdamW moments: not a LoRAPre state")
     for k, shape in expected.items():
         t = entry.get(k)
+        if t is None:
+            raise InvalidInputError(
+                f"{where} has no {k}: the state was not saved by this optimizer (another LoRA-Pre variant, or another "
+                "optimizer); load it into the optimizer that saved it"
+            )
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape):
             found = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise InvalidInputError(

@@ -54,6 +54,7 @@ class LoRAPreMuon(LoRAPre):
     """
 
     factor_keys = MUON_FACTOR_KEYS
+    legacy_group_defaults: dict[str, Any] = {}
 
     def __init__(
         self,
