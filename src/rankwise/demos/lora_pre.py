@@ -42,4 +42,5 @@ def headline(ctx: DemoContext) -> None:
     print(f"LoRA-Pre (lora-pre): Adam moments kept as rank-{RANK} factors, measured after one step on SmolLM2-135M")
     print(f"  attention+MLP matrices ({len(low)}): AdamW {a_low / mb:.0f} MB of state, LoRA-Pre {l_low / mb:.1f} MB ({l_low / a_low:.1%})")
     print(f"  whole model (embeddings and norms keep AdamW): AdamW {a_total / mb:.0f} MB, LoRA-Pre {l_total / mb:.0f} MB ({l_total / a_total:.0%})")
-    print(f"  (`rankwise repro lora-pre` pretrains a small Llama with both and GaLore and fine-tunes MiniLM against AdamW and LoRA; {time.perf_counter() - start:.0f} s)")
+    print("  (`rankwise repro lora-pre` pretrains a small Llama with both and GaLore, and fine-tunes MiniLM against "
+          f"AdamW and LoRA; {time.perf_counter() - start:.0f} s)")
