@@ -1,5 +1,6 @@
 """The fine-tuning loop: AdamW (or any optimizer from a factory, see `optimizers`) with warmup + cosine, gradient
-accumulation, gradient clipping, periodic evaluation, checkpoints every N steps with exact resume, a progress bar, and a NaN guard.
+accumulation, gradient clipping, periodic evaluation, checkpoints every N steps with exact resume, a progress bar
+and a NaN guard.
 
 Batches are a pure function of (seed, micro-batch index): an endless stream of per-epoch permutations of the
 training set, so a resumed run sees exactly the batches the uninterrupted run would have seen. The learning rate
@@ -115,12 +116,13 @@ def train(
     config.validate()
     if stop_after is not None and stop_after < 1:
         raise InvalidInputError(f"stop_after must be at least 1, got {stop_after}")
-    params = list(trainable(module).values())
+    named = trainable(module)
+    params = list(named.values())
     if not params:
         raise InvalidInputError("the module has no trainable parameters: add an adapter (or unfreeze something) first")
     factory = optimizer or adamw()
     opt = factory(module, config)
-    _check_covers(opt, trainable(module))
+    _check_covers(opt, named)
     # Each group follows the schedule at its own learning rate relative to config.lr (read before any resume).
     lr_scale = [group["lr"] / config.lr for group in opt.param_groups]
     ckpt = Path(out_dir) / "checkpoint" if out_dir is not None else None
