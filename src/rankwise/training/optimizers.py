@@ -23,6 +23,11 @@ from rankwise.errors import InvalidInputError, UnknownNameError
 OptimizerFactory = Callable[[nn.Module, Any], torch.optim.Optimizer]  # (module, TrainConfig) -> optimizer
 
 
+def _label(name: str, rank: int, options: dict[str, Any]) -> str:
+    """e.g. 'lora-pre(rank=8, nonfinite='skip')': what a checkpoint records to refuse a resume with other settings."""
+    return f"{name}(rank={rank}{''.join(f', {k}={v!r}' for k, v in sorted(options.items()))})"
+
+
 def _trainable(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
@@ -43,22 +48,19 @@ def lora_pre(rank: int, **options: Any) -> OptimizerFactory:
     `options` go to LoRAPre (e.g. use_updated_factors=True, nonfinite='skip'); its seed is the run's seed.
     """
     from rankwise.optim import LoRAPre
-    from rankwise.optim.param_groups import default_low_rank_filter, low_rank_param_groups
+    from rankwise.optim.param_groups import default_low_rank_filter, low_rank_param_groups, split_low_rank_params
 
     def make(module: nn.Module, config) -> torch.optim.Optimizer:
         trainable_filter = lambda name, mod, p: p.requires_grad and default_low_rank_filter(name, mod, p)  # noqa: E731
-        try:
-            groups = low_rank_param_groups(module, rank, low_rank_filter=trainable_filter)
-        except InvalidInputError as e:
-            if "no parameter qualifies" in str(e):
-                raise InvalidInputError(
-                    "LoRA-Pre keeps low-rank states for trainable nn.Linear weight matrices and this module has none "
-                    "(an adapter's factors are not nn.Linear layers): use full fine-tuning (--method full) or AdamW"
-                ) from e
-            raise
+        if not split_low_rank_params(module, trainable_filter)[0]:
+            raise InvalidInputError(
+                "LoRA-Pre keeps low-rank states for trainable nn.Linear weight matrices and this module has none "
+                "(an adapter's factors are not nn.Linear layers): use full fine-tuning (--method full) or AdamW"
+            )
+        groups = low_rank_param_groups(module, rank, low_rank_filter=trainable_filter)
         return LoRAPre(groups, lr=config.lr, weight_decay=config.weight_decay, seed=config.seed, **options)
 
-    make.label = f"lora-pre(rank={rank}{''.join(f', {k}={v!r}' for k, v in sorted(options.items()))})"  # type: ignore[attr-defined]
+    make.label = _label("lora-pre", rank, options)  # type: ignore[attr-defined]
     return make
 
 
@@ -72,7 +74,7 @@ def galore(rank: int, **options: Any) -> OptimizerFactory:
     def make(module: nn.Module, config) -> torch.optim.Optimizer:
         return galore_adamw(module, config.lr, rank, weight_decay=config.weight_decay, **options)
 
-    make.label = f"galore(rank={rank}{''.join(f', {k}={v!r}' for k, v in sorted(options.items()))})"  # type: ignore[attr-defined]
+    make.label = _label("galore", rank, options)  # type: ignore[attr-defined]
     return make
 
 
