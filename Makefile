@@ -23,6 +23,7 @@ demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/rankwise demo
 
 test: $(STAMP)
+	cd src && ../$(BIN)/lint-imports --config ../pyproject.toml --no-cache
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 
 test-fast: $(STAMP)

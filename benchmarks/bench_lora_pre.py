@@ -30,7 +30,7 @@ from rankwise.data import token_windows
 from rankwise.models import load_model
 from rankwise.optim import LoRAPre, LoRAPreMuon, galore_adamw, low_rank_param_groups, optimizer_state_bytes, split_low_rank_params
 from rankwise.registry import repo_root
-from rankwise.repro.lora_pre import SETUPS, _model
+from rankwise.repro.lora_pre.main import SETUPS, _model
 
 RANK = 32
 GALORE_GAP = 200

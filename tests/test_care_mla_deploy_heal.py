@@ -71,7 +71,7 @@ def test_heal_bad_input(teacher, tmp_path):
 
 
 def test_report_smoke(tmp_path):
-    from rankwise.compress.mla_deploy.report import run_deploy_report
+    from rankwise.repro.care_mla.deploy import run_deploy_report
 
     report = run_deploy_report("smoke", seed=0)
     claims = {c.name: c for c in report.claims}

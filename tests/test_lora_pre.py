@@ -193,7 +193,7 @@ def test_bf16_weights_keep_float32_factors():
 
 
 def test_tracking_oracle_is_a_lower_bound_and_runs_are_seeded():
-    from rankwise.optim.lora_pre_tracking import track_drifting_momentum
+    from rankwise.repro.lora_pre.tracking import track_drifting_momentum
 
     a = track_drifting_momentum(dim=24, true_rank=3, rank=3, steps=60, refresh=20, measure_every=5, seed=4)
     b = track_drifting_momentum(dim=24, true_rank=3, rank=3, steps=60, refresh=20, measure_every=5, seed=4)

@@ -3,7 +3,7 @@
     report = run_deploy_report("full")      # ~8 min on 2 idle cores
     report.write("docs/results/care-mla/deploy")
 
-`python -m rankwise.compress.mla_deploy.report [--size smoke|full]` does both.
+`python -m rankwise.repro.care_mla.deploy [--size smoke|full]` does both.
 """
 
 from __future__ import annotations

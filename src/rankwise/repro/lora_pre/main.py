@@ -25,8 +25,8 @@ from rankwise.eval.perplexity import perplexity
 from rankwise.models import load_smollm2_tokenizer, tiny_llama
 from rankwise.optim import LoRAPre, galore_adamw, low_rank_param_groups, optimizer_state_bytes, split_low_rank_params
 from rankwise.optim.lm_pretraining import PretrainRun, pretrain_causal_lm
-from rankwise.optim.lora_pre_tracking import TrackingResult, track_drifting_momentum
-from rankwise.repro.lora_pre_finetune import finetune_experiment
+from rankwise.repro.lora_pre.tracking import TrackingResult, track_drifting_momentum
+from rankwise.repro.lora_pre.finetune import finetune_experiment
 
 TITLE = "Taming Momentum: Rethinking Optimizer States Through Low-Rank Approximation"
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rankwise.repro.guardspace_data import Sequence_, pad_batch
+from rankwise.repro.guardspace.data import Sequence_, pad_batch
 
 
 class TopRunner:

@@ -22,10 +22,10 @@ from rankwise.core.calibration import collect_second_moments
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
-from rankwise.repro.guardspace_data import (
+from rankwise.repro.guardspace.data import (
     GARDENING_PROMPTS, OVERWRITE_ANSWER, Sequence_, chat_prompt, greedy_continuations, pad_batch, topic_generation, with_answer,
 )
-from rankwise.repro.guardspace_runner import TopRunner
+from rankwise.repro.guardspace.runner import TopRunner
 from rankwise.training import TrainConfig, train
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

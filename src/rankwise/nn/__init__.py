@@ -1,0 +1,1 @@
+"""Layers and architectures, one concept per file; every layer is registered in `rankwise.nn.registry`."""

@@ -1,0 +1,1 @@
+"""The experiments of microscaling-ue5m3: `main`."""
