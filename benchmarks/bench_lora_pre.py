@@ -30,7 +30,7 @@ from rankwise.data import token_windows
 from rankwise.models import load_model
 from rankwise.optim import LoRAPre, LoRAPreMuon, galore_adamw, low_rank_param_groups, optimizer_state_bytes, split_low_rank_params
 from rankwise.registry import repo_root
-from rankwise.repro.lora_pre.main import SETUPS, _model
+from rankwise.repro.lora_pre.main import SIZES, pretraining_model
 
 RANK = 32
 GALORE_GAP = 200
@@ -63,10 +63,10 @@ def _state_columns(opt: torch.optim.Optimizer, model: nn.Module, ref: tuple[int,
 
 
 def full_training_step(batch: torch.Tensor, repeats: int) -> list[dict[str, str]]:
-    setup = SETUPS["full"]
+    setup = SIZES.full
     runs = {}
     for name, make in _makers(RANK).items():
-        model = _model(setup, 0).train()
+        model = pretraining_model(setup, 0).train()
         runs[name] = (model, make(model))
     times: dict[str, list[float]] = {name: [] for name in runs}
     for i in range(repeats + 1):  # the first round builds states (and GaLore's first SVD): not timed
@@ -145,7 +145,7 @@ def main() -> None:
     t0 = time.perf_counter()
     step_rows = full_training_step(windows, args.repeats)
     opt_rows = optimizer_step_only(smollm2, windows[:2], args.repeats)
-    n_small = sum(p.numel() for p in _model(SETUPS["full"], 0).parameters())
+    n_small = sum(p.numel() for p in pretraining_model(SIZES.full, 0).parameters())
     n_big = sum(p.numel() for p in smollm2.parameters())
     text = "\n".join([
         "# LoRA-Pre benchmark: step time and optimizer-state memory vs AdamW and GaLore",

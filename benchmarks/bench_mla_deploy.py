@@ -22,15 +22,16 @@ from pathlib import Path
 
 import torch
 
-from rankwise.compress.mla.calibration import calibration_windows
+from rankwise.compress.mla.calibration import DEFAULT_SEQ_LEN, calibration_windows
 from rankwise.compress.mla.convert import convert_to_mla
-from rankwise.compress.mla_deploy import HealConfig, convert_to_deployable_mla, export_deepseek_v3, heal, load_deepseek_v3, set_absorb
+from rankwise.compress.mla_deploy import convert_to_deployable_mla, export_deepseek_v3, load_deepseek_v3, mla_parameters, set_absorb
 from rankwise.compress.mla_deploy.checks import decode_tokens_per_second
 from rankwise.core.io import write_text_atomic
 from rankwise.core.progress import say, set_quiet
 from rankwise.data import token_windows
 from rankwise.eval import measured_kv_bytes_per_token, perplexity
 from rankwise.models import load_model
+from rankwise.training.healing import HealConfig, heal
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     model, tokenizer = load_model("smollm2-135m")
-    calib = calibration_windows(tokenizer)
+    calib = calibration_windows(token_windows(tokenizer, "calibration", DEFAULT_SEQ_LEN))
     evals = token_windows(tokenizer, "eval", 256, args.eval_windows)
     mla = convert_to_deployable_mla(model, kv_rank=80, rope_dims=32, rope_selection="high", calibration=calib)
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     del exported
     if args.heal_steps:
         train = token_windows(tokenizer, "train", 64, 2000)
-        heal(mla, model, train, HealConfig(steps=args.heal_steps, batch_size=2), checkpoint_dir=args.heal_dir)
+        heal(mla, model, train, HealConfig(steps=args.heal_steps, batch_size=2), checkpoint_dir=args.heal_dir, trainable=mla_parameters)
         rows.append((f"deployable MLA, after {args.heal_steps} healing steps", perplexity(mla, evals).perplexity))
     lines += ["", f"## Perplexity ({args.eval_windows} x 256 held-out tokens)", "", "| model | perplexity | vs original |", "|---|---|---|"]
     lines += [f"| {name} | {p:.3f} | {p / rows[0][1]:.2f} |" for name, p in rows]

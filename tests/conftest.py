@@ -11,6 +11,30 @@ from rankwise.core.progress import set_quiet  # noqa: E402
 set_quiet(True)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--method", action="append", default=[], metavar="SLUG",
+                     help="run only the tests marked pytest.mark.method(SLUG) (repeatable)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every `method` marker must name a registered slug; `--method SLUG` keeps only that method's tests."""
+    from rankwise.registry import BY_SLUG
+
+    wanted = set(config.getoption("--method"))
+    unknown = wanted - set(BY_SLUG)
+    for item in items:
+        for mark in item.iter_markers("method"):
+            if not mark.args:
+                raise pytest.UsageError(f"{item.nodeid}: pytest.mark.method needs at least one slug")
+            unknown |= set(mark.args) - set(BY_SLUG)
+    if unknown:
+        raise pytest.UsageError(f"unknown method slug(s) {sorted(unknown)} in markers or --method; see `rankwise list`")
+    if wanted:
+        keep = [i for i in items if any(wanted & set(m.args) for m in i.iter_markers("method"))]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+
 @pytest.fixture
 def tmp_cache(tmp_path, monkeypatch):
     """A private RANKWISE_CACHE so a test's cache files never touch the user's."""

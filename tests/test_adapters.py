@@ -175,3 +175,14 @@ def test_gradients_reach_only_adapter_parameters(llama):
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert trainable and all(p.grad is not None for p in trainable)
     assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
+
+
+def test_adapter_type_table_is_consistent_and_unknown_names_are_listed():
+    from rankwise.adapters import ADAPTER_TYPES, adapter_type, available_methods
+
+    assert set(ADAPTER_TYPES) >= {"lora", "pica", "guardspace"} and available_methods() == sorted(ADAPTER_TYPES)
+    for name, cls in ADAPTER_TYPES.items():
+        assert cls.method == name and cls.config_class.method == name, name
+        assert adapter_type(name) is cls
+    with pytest.raises(UnknownNameError, match="guardspace"):
+        adapter_type("dora")

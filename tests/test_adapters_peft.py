@@ -98,7 +98,9 @@ def test_unknown_keys_warn_and_corruption_is_detected(tmp_path):
     (folder / MANIFEST_NAME).unlink()  # we edited the folder on purpose
     with pytest.warns(UserWarning, match="shiny_new_option"):
         load_adapter(tiny_llama(), folder)
-    model.save(folder)
+    with pytest.raises(InvalidInputError, match="not written by rankwise"):  # without its manifest it is not ours to replace
+        model.save(folder)
+    folder = model.save(tmp_path / "b")
     weights = folder / "rankwise_adapter.safetensors"
     weights.write_bytes(weights.read_bytes()[:-7])
     with pytest.raises(CorruptFileError):

@@ -57,3 +57,23 @@ def test_bad_calibration_inputs(tmp_cache):
         model.model.embed_tokens.weight[5] = float("nan")
     with pytest.raises(NumericalError):
         collect_second_moments(model, NAMES, [torch.full((1, 4), 5)], use_cache=False)
+
+
+def test_hook_runner_removes_its_hooks_and_restores_the_mode_on_error():
+    from rankwise.core.calibration import run_with_input_hooks
+
+    model = tiny_llama(seed=4).train()
+    seen = []
+
+    def on_input(name, module, x, output, batch):
+        seen.append((name, batch, tuple(x.shape)))
+        if batch == 1:
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        run_with_input_hooks(model, NAMES, _batches(), on_input)
+    assert model.training
+    assert all(not model.get_submodule(n)._forward_hooks for n in NAMES)
+    assert [(n, b) for n, b, _ in seen[:2]] == [(NAMES[0], 0), (NAMES[1], 0)] and seen[0][2] == (2, 16, 64)
+    with pytest.raises(InvalidInputError, match="no module"):
+        run_with_input_hooks(model, ["model.nope"], _batches(), on_input)

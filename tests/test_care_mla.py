@@ -25,6 +25,8 @@ from rankwise.compress.mla.factorize import METHODS
 from rankwise.errors import CorruptFileError, InvalidInputError, NumericalError
 from rankwise.models import load_model, tiny_bert, tiny_llama
 
+pytestmark = pytest.mark.method("care-mla")
+
 KV_WIDTH = 32  # tiny_llama: 2 KV heads x head_dim 16
 
 
@@ -92,7 +94,7 @@ def test_kv_parity_replication_gives_identical_attention(model, probe):
     assert not unexpected
     for gqa_layer, mha_layer in zip(model.model.layers, mha.model.layers):
         for name in ("k_proj", "v_proj"):
-            w = getattr(gqa_layer.self_attn, name).weight.detach().T
+            w = getattr(gqa_layer.self_attn, name).weight.detach()
             down, up = kv_parity_factors(w, num_kv_heads=2, num_heads=4, head_dim=16)
             setattr(mha_layer.self_attn, name, LowRankLinear.from_factors(down, up))
     assert torch.allclose(logits(mha, probe), logits(model, probe), atol=1e-5)
@@ -166,8 +168,9 @@ def test_cli_converts_saves_and_reloads(model, tokenizer, tmp_path, capsys):
 def test_smollm2_care_beats_svd_on_activation_error(smollm2):
     model, tokenizer = smollm2
     from rankwise.compress.mla import calibration_windows
+    from rankwise.data import token_windows
 
-    moments = kv_input_moments(model, calibration_windows(tokenizer, samples=32), use_cache=False)
+    moments = kv_input_moments(model, calibration_windows(token_windows(tokenizer, "calibration", 32), samples=32), use_cache=False)
     care = decompose_kv(model, "care", moments, damping=0.0).plan(48)
     plain = decompose_kv(model, "svd").plan(48)
     care_errors, svd_errors = activation_errors(model, care, moments), activation_errors(model, plain, moments)

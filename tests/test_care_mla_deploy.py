@@ -18,6 +18,8 @@ from rankwise.errors import InvalidInputError, UnknownNameError
 from rankwise.eval import measured_kv_bytes_per_token
 from rankwise.models import tiny_llama
 
+pytestmark = pytest.mark.method("care-mla")
+
 VOCAB = 2000  # a small vocabulary keeps the tiny models' embedding and lm_head cheap
 CALIB = torch.randint(0, VOCAB, (16, 32), generator=torch.Generator().manual_seed(1))
 

@@ -3,11 +3,14 @@
 import pytest
 import torch
 
-from rankwise.compress.mla_deploy import HealConfig, convert_to_deployable_mla, heal
+from rankwise.compress.mla_deploy import convert_to_deployable_mla, mla_parameters
 from rankwise.compress.mla_deploy.checks import absorbed_vs_expanded
-from rankwise.compress.mla_deploy.heal import CHECKPOINT_NAME, distillation_loss, trainable_parameters
 from rankwise.errors import CorruptFileError, InvalidInputError
 from rankwise.models import tiny_llama
+from rankwise.training import distillation_loss
+from rankwise.training.healing import CHECKPOINT_NAME, HealConfig, heal
+
+pytestmark = pytest.mark.method("care-mla")
 
 VOCAB = 2000
 CALIB = torch.randint(0, VOCAB, (16, 32), generator=torch.Generator().manual_seed(1))
@@ -25,7 +28,7 @@ def _student(teacher):
 
 
 def _state(model):
-    return {n: p.detach().clone() for n, p in trainable_parameters(model).items()}
+    return {n: p.detach().clone() for n, p in mla_parameters(model).items()}
 
 
 def test_distillation_loss_is_ce_when_student_equals_teacher():
@@ -41,7 +44,7 @@ def test_heal_trains_only_mla_parameters_and_resumes_exactly(teacher, tmp_path):
     frozen_before = {n: p.detach().clone() for n, p in straight.named_parameters()}
     result = heal(straight, teacher, TRAIN, CFG)
     assert len(result.losses) == 4
-    trained = set(trainable_parameters(straight))
+    trained = set(mla_parameters(straight))
     assert trained and all(".self_attn." in n for n in trained)
     for n, p in straight.named_parameters():
         assert torch.equal(p, frozen_before[n]) != (n in trained), n  # trained ones moved, the rest did not
@@ -71,9 +74,9 @@ def test_heal_bad_input(teacher, tmp_path):
 
 
 def test_report_smoke(tmp_path):
-    from rankwise.repro.care_mla.deploy import run_deploy_report
+    from rankwise.repro import run_reproduction
 
-    report = run_deploy_report("smoke", seed=0)
+    report = run_reproduction("care-mla:deploy", "smoke", seed=0)
     claims = {c.name: c for c in report.claims}
     assert set(claims) == {"cache_bytes_equal_expected", "kv_saving_50pct", "absorbed_equals_expanded", "generate_equals_no_cache", "export_perplexity_gap", "healing_lowers_perplexity"}
     for name in ("cache_bytes_equal_expected", "kv_saving_50pct", "absorbed_equals_expanded", "generate_equals_no_cache", "export_perplexity_gap"):
@@ -85,11 +88,12 @@ def test_report_smoke(tmp_path):
 @pytest.mark.real_model
 def test_smollm2_deployable_mla_at_half_cache(smollm2, tokenizer):
     from rankwise.compress.mla.calibration import calibration_windows
+    from rankwise.data import token_windows
     from rankwise.compress.mla_deploy import expected_cache_bytes_per_token, to_deepseek_v3
     from rankwise.eval import measured_kv_bytes_per_token
 
     model, _ = smollm2
-    mla = convert_to_deployable_mla(model, kv_rank=80, rope_dims=32, calibration=calibration_windows(tokenizer, 64, 32))
+    mla = convert_to_deployable_mla(model, kv_rank=80, rope_dims=32, calibration=calibration_windows(token_windows(tokenizer, "calibration", 32), 64))
     assert measured_kv_bytes_per_token(mla) == expected_cache_bytes_per_token(mla) == 30 * 192 * 4
     ids = torch.randint(0, 5000, (1, 24), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

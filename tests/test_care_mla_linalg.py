@@ -5,12 +5,11 @@ import math
 import pytest
 import torch
 
-from rankwise.compress.mla.allocation import allocate_ranks, propagation_horizon, residual_fraction, tail_energies
+from rankwise.compress.mla.allocation import allocate_ranks, greedy_rank_allocation, propagation_horizon, residual_fraction, tail_energies
 from rankwise.core.linalg import (
     cholesky_whitener,
     clamped_eigh,
     diagonal_whitener,
-    greedy_rank_allocation,
     identity_whitener,
     relative_activation_error,
     sqrt_whitener,
@@ -20,6 +19,8 @@ from rankwise.core.linalg import (
     whitened_low_rank,
 )
 from rankwise.errors import InvalidInputError, NumericalError
+
+pytestmark = pytest.mark.method("care-mla")
 
 
 def correlated_batches(seed: int = 0, batches: int = 6, rows: int = 50, d: int = 24) -> list[torch.Tensor]:
@@ -43,7 +44,7 @@ def test_trace_identity_in_float64():
     for whitener in (sqrt_whitener(c, floor=0.0), cholesky_whitener(c)):
         via_whitener = float(whitener.apply(delta).pow(2).sum())
         assert abs(via_whitener - direct) / direct < 1e-8
-    assert abs(weighted_error(delta, c) - direct) / direct < 1e-10
+    assert abs(weighted_error(delta.T, c) - direct) / direct < 1e-10  # weights are [out, in]: Delta^T here
 
 
 def test_whiteners_square_to_c_and_solve_inverts_apply():
@@ -62,7 +63,7 @@ def test_whiteners_square_to_c_and_solve_inverts_apply():
 def test_care_activation_error_at_most_plain_svd_for_every_rank():
     batches = correlated_batches(2)
     c = second_moment(batches)
-    w = torch.randn(c.size(0), 12, dtype=torch.float64)
+    w = torch.randn(c.size(0), 12, dtype=torch.float64).T  # [out, in], as torch stores weights
     for r in range(1, 13):
         care = whitened_low_rank(w, sqrt_whitener(c, floor=0.0), r)
         plain = whitened_low_rank(w, identity_whitener(), r)
@@ -70,12 +71,12 @@ def test_care_activation_error_at_most_plain_svd_for_every_rank():
         # The activation error equals the whitened tail energy (App. C) and the factors multiply to W_hat.
         tail = float(care.singular_values[r:].pow(2).sum())
         assert math.isclose(weighted_error(w - care.product(), c), tail, rel_tol=1e-8, abs_tol=1e-12)
-        assert care.down.shape == (c.size(0), r) and care.up.shape == (r, 12)
+        assert care.down.shape == (r, c.size(0)) and care.up.shape == (12, r)  # torch layout: W_hat = up @ down
 
 
 def test_full_rank_reconstructs_the_weight():
     c = second_moment(correlated_batches(3))
-    w = torch.randn(c.size(0), 8, dtype=torch.float64)
+    w = torch.randn(c.size(0), 8, dtype=torch.float64).T
     for whitener in (identity_whitener(), sqrt_whitener(c), cholesky_whitener(c)):
         assert torch.allclose(whitened_low_rank(w, whitener, 8).product(), w, atol=1e-9)
 
@@ -85,7 +86,7 @@ def test_singular_covariance_is_clamped_not_nan():
     c = x.T @ x / 5
     values, _ = clamped_eigh(c)
     assert (values > 0).all()
-    factors = whitened_low_rank(torch.randn(16, 4, dtype=torch.float64), sqrt_whitener(c), 3)
+    factors = whitened_low_rank(torch.randn(16, 4, dtype=torch.float64).T, sqrt_whitener(c), 3)
     assert torch.isfinite(factors.product()).all()
     with pytest.raises(NumericalError):
         cholesky_whitener(c - 1e-3 * torch.eye(16, dtype=torch.float64))

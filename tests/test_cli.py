@@ -35,3 +35,11 @@ def test_threads_option_sets_torch_threads_and_rejects_zero(capsys):
         torch.set_num_threads(before)
     assert main(["--threads", "0", "list"]) == 2
     assert "--threads must be at least 1" in capsys.readouterr().err
+
+
+def test_global_threads_reaches_subcommands():
+    """A subcommand must not shadow the global --threads (finetune once had its own flag that reset it to None)."""
+    from rankwise.cli import build_parser
+
+    args = build_parser().parse_args(["--threads", "1", "finetune", "--model", "m", "--task", "wiki-lm", "--method", "full", "--out", "o"])
+    assert args.threads == 1

@@ -1,7 +1,7 @@
 import pytest
 
+from rankwise.core import packages
 from rankwise.data import SPLITS, articles, load_articles, split_of, token_windows, topic_labels, topic_task
-from rankwise.data import packages
 from rankwise.errors import InvalidInputError, MissingPackageError, UnknownNameError
 
 

@@ -8,10 +8,13 @@ import torch
 
 from rankwise.adapters import add_adapter, find_targets, load_adapter
 from rankwise.adapters.guardspace import GuardSpaceConfig
-from rankwise.adapters.guardspace_split import guarded_split, null_space_basis, protected_eigh
+from rankwise.adapters.guardspace_split import guarded_split, null_space_basis
 from rankwise.core.calibration import SecondMoment, collect_second_moments
+from rankwise.core.linalg import symmetric_eigh
 from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_llama
+
+pytestmark = pytest.mark.method("guardspace")
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -40,7 +43,7 @@ def _low_rank_inputs(d=32, n=20, seed=0):
 
 def test_projector_is_symmetric_idempotent_and_annihilates_protected_inputs():
     X, C = _low_rank_inputs()
-    Q = null_space_basis(protected_eigh(C), threshold=0.0)
+    Q = null_space_basis(symmetric_eigh(C), threshold=0.0)
     assert Q.size(0) == 12
     P = Q.T @ Q
     torch.testing.assert_close(P, P.T, rtol=0, atol=1e-6)
@@ -52,7 +55,7 @@ def test_split_holds_the_smallest_preconditioned_components_and_reconstructs_w()
     g = torch.Generator().manual_seed(3)
     W = torch.randn(24, 32, generator=g, dtype=torch.float64)
     _, C = _low_rank_inputs()
-    eig = protected_eigh(C)
+    eig = symmetric_eigh(C)
     r = 5
     for balanced in (True, False):
         split = guarded_split(W, eig, r, damping=1e-6, balanced=balanced)

@@ -6,6 +6,8 @@ from torch import nn
 
 from rankwise.optim import LoRAPre, gamma_for_beta, newton_factor_step_, optimizer_state_bytes
 
+pytestmark = pytest.mark.method("lora-pre")
+
 
 def _linear_model(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
@@ -200,20 +202,3 @@ def test_tracking_oracle_is_a_lower_bound_and_runs_are_seeded():
     assert a.errors == b.errors and len(a.steps) == 12
     for name in ("lora-pre", "galore"):  # the truncated SVD is the best rank-r approximation
         assert all(o <= e + 1e-9 for o, e in zip(a.errors["oracle"], a.errors[name]))
-
-
-def test_pretraining_loop_is_deterministic_and_schedules_the_lr():
-    from rankwise.models import tiny_llama
-    from rankwise.optim.lm_pretraining import pretrain_causal_lm, warmup_cosine
-
-    assert warmup_cosine(0, 10, 2, 0.1) == 0.5 and warmup_cosine(1, 10, 2, 0.1) == 1.0
-    assert warmup_cosine(10, 10, 2, 0.1) == pytest.approx(0.1)
-    windows = torch.randint(0, 64, (12, 16), generator=torch.Generator().manual_seed(0))
-    curves = []
-    for _ in range(2):
-        model = tiny_llama(0, vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=24)
-        opt = LoRAPre(model.parameters(), lr=1e-2, rank=None)  # the loop is optimizer-agnostic
-        run = pretrain_causal_lm(model, opt, windows, windows[:2], steps=4, batch_size=4, eval_every=2, seed=1)
-        assert opt.param_groups[0]["lr"] == 1e-2  # the peak lr is restored afterwards
-        curves.append((run.train_curve, run.eval_curve))
-    assert curves[0] == curves[1] and len(curves[0][1]) == 2 and run.tokens_seen == 4 * 4 * 16

@@ -1,16 +1,20 @@
-"""LoRA-Pre under gradient accumulation and DDP (2 processes, gloo, CPU): same parameters as one big batch."""
+"""LoRA-Pre under gradient accumulation: same parameters as one big batch.
+
+LoRA-Pre under DDP (2 processes, gloo, CPU) is tested through the training harness, with the other optimizers and an
+adapter, in tests/test_training_ddp.py.
+"""
 
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from rankwise.optim import LoRAPre
 
+pytestmark = pytest.mark.method("lora-pre")
+
 STEPS = 3
-BATCH = 8  # global batch; each of the 2 ranks takes half
+BATCH = 8
 
 
 def _model() -> nn.Module:
@@ -49,32 +53,3 @@ def test_gradient_accumulation_equals_one_big_batch():
         opt.step()
     for p, q in zip(model.parameters(), _single_process()):
         torch.testing.assert_close(p.detach(), q, rtol=1e-5, atol=1e-6)
-
-
-def _ddp_worker(rank: int, world: int, init_file: str, out_file: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        model = nn.parallel.DistributedDataParallel(_model())
-        opt = _optimizer(model)
-        share = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
-        for step in range(STEPS):
-            x, y = _batch(step)
-            opt.zero_grad()
-            nn.functional.mse_loss(model(x[share]), y[share]).backward()  # DDP averages gradients across ranks
-            opt.step()
-        if rank == 0:
-            torch.save([p.detach() for p in model.module.parameters()], out_file)
-        # Without this, rank 1 can tear gloo down while rank 0 is still saving, and a process aborts (SIGABRT).
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
-def test_ddp_two_processes_match_single_process(tmp_path):
-    out = tmp_path / "rank0.pt"
-    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
-    ddp_params = torch.load(out, weights_only=True)
-    for p, q in zip(ddp_params, _single_process()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

@@ -9,6 +9,8 @@ from torch import nn
 from rankwise.errors import InvalidInputError, NumericalError
 from rankwise.optim import LoRAPre, LoRAPreMuon, low_rank_param_groups, newton_schulz5, optimizer_state_bytes
 
+pytestmark = pytest.mark.method("lora-pre")
+
 
 def _model(width: int = 10) -> nn.Module:
     torch.manual_seed(0)

@@ -2,7 +2,10 @@
 
 import math
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.method("lora-pre")
 
 
 def test_trainer_runs_with_lora_pre(tmp_path):

@@ -12,6 +12,8 @@ from rankwise.adapters import PicaConfig, add_adapter
 from rankwise.adapters.pica import principal_projector
 from rankwise.models import tiny_llama
 
+pytestmark = pytest.mark.method("pica")
+
 TARGETS = ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj"]
 
 

@@ -14,6 +14,8 @@ from rankwise.adapters.plop import (
 from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_bert, tiny_llama
 
+pytestmark = pytest.mark.method("plop")
+
 
 def _randn(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))

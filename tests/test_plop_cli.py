@@ -2,8 +2,12 @@
 
 import json
 
+import pytest
+
 from rankwise.cli import main
 from rankwise.models import load_smollm2_tokenizer, tiny_llama
+
+pytestmark = pytest.mark.method("plop")
 
 
 def test_place_prints_scores_and_targets(tmp_path, capsys):

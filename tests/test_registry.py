@@ -2,8 +2,11 @@ from pathlib import Path
 
 import pytest
 
-from rankwise.errors import UnknownNameError
-from rankwise.registry import FAMILIES, METHODS, Method, get_method, readme_with_table, repo_root
+from rankwise.errors import RankwiseError, UnknownNameError
+from rankwise.registry import (
+    FAMILIES, METHODS, Command, Experiment, FolderFormat, MethodSpec, all_commands, demo_headlines, folder_loader,
+    get_method, marked_test_slugs, parse_target, readme_with_table, repo_root, report_reproduces, resolves,
+)
 
 CARDS = Path(__file__).resolve().parents[2] / "shared" / "methods"
 
@@ -16,20 +19,80 @@ def test_one_entry_per_card():
         assert {p.stem for p in CARDS.glob("*.md")} == {m.slug for m in METHODS}
 
 
+def test_every_target_in_the_records_resolves():
+    """A record names only things that exist: API, experiments, demos, commands, folder loaders, docs."""
+    for m in METHODS:
+        for target in [*m.api, *(e.run for e in m.experiments), *([m.demo] if m.demo else []),
+                       *(f.loader for f in m.folder_formats), *(f"{c.module}:register" for c in m.commands)]:
+            assert resolves(target), f"{m.slug}: {target} does not resolve"
+        if m.docs:
+            assert (repo_root() / m.docs).is_file(), f"{m.slug}: {m.docs} missing"
+
+
 def test_status_is_computed_from_what_exists():
-    ghost = Method("ghost", "t", "theory", ("rankwise.nothing_here:fn",))
+    ghost = MethodSpec("ghost", "t", "theory", ("rankwise.nothing_here:fn",))
     assert ghost.status == "planned"
-    no_api = Method("ghost", "t", "theory", ())
+    no_api = MethodSpec("ghost", "t", "theory")
     assert no_api.status == "planned"
+    untested = MethodSpec("ghost", "t", "theory", ("rankwise.registry:METHODS",),
+                          (Experiment("main", "rankwise.registry:resolve", ""),))
+    assert untested.has_api() and untested.has_reproduction() and not untested.has_tests()
+    assert untested.status == "planned"  # no test is marked as covering "ghost"
     for m in METHODS:
         assert m.status in ("planned", "implemented", "reproduced")
         if m.status != "planned":
             assert m.has_api() and m.has_reproduction() and m.has_tests()
 
 
-def test_unknown_slug():
+def test_tests_are_found_by_marker_not_by_file_name():
+    marked = marked_test_slugs()
+    assert {"care-mla", "pica", "guardspace", "plop", "microscaling-ue5m3", "lora-pre"} <= marked
+    assert marked <= {m.slug for m in METHODS}
+
+
+def test_reproduced_needs_every_paper_claim_to_pass():
+    def report(*claims, size="full", protocol=2):
+        return {"size": size, "protocol": protocol, "claims": [{"kind": k, "verdict": v} for k, v in claims]}
+
+    assert report_reproduces(report(("paper", "PASS"), ("invariant", "FAIL")))
+    assert not report_reproduces(report(("paper", "PASS"), ("paper", "INCONCLUSIVE")))
+    assert not report_reproduces(report(("invariant", "PASS")))  # checks by construction are not evidence
+    assert not report_reproduces(report(("paper", "PASS"), size="smoke"))
+    assert not report_reproduces(report(("paper", "PASS"), protocol=1))
+    assert report_reproduces(report(("invariant", "PASS")), require_paper_claim=False)  # an extra experiment of checks
+    assert not report_reproduces(report(("paper", "FAIL")), require_paper_claim=False)
+
+
+def test_record_validation():
+    with pytest.raises(RankwiseError, match="family"):
+        MethodSpec("x", "t", "training")  # renamed to recipes: the harness package owns the name
+    with pytest.raises(RankwiseError, match="first experiment"):
+        MethodSpec("x", "t", "theory", experiments=(Experiment("deploy", "a:b", ""),))
+    with pytest.raises(RankwiseError, match="duplicate"):
+        MethodSpec("x", "t", "theory", experiments=(Experiment("main", "a:b", ""), Experiment("main", "a:c", "")))
+
+
+def test_targets_and_unknown_names():
+    method, experiment = parse_target("care-mla:deploy")
+    assert method.slug == "care-mla" and experiment.name == "deploy"
+    assert experiment.results_dir("care-mla") == Path("docs/results/care-mla/deploy")
+    assert parse_target("pica")[1].name == "main"
     with pytest.raises(UnknownNameError, match="rankwise list"):
         get_method("not-a-method")
+    with pytest.raises(UnknownNameError, match="experiments: main, deploy"):
+        parse_target("care-mla:nope")
+    with pytest.raises(RankwiseError, match="no reproduction yet"):
+        parse_target("wasi")
+
+
+def test_commands_demos_and_folder_formats_come_from_the_records():
+    names = {c.name for c in all_commands()}
+    assert {"list", "repro", "demo", "eval", "finetune", "place", "quantize", "convert mla"} <= names
+    assert [m.slug for m, _ in demo_headlines()] == [m.slug for m in METHODS if m.demo]
+    assert folder_loader("mla-oneshot").__name__ == "load_mla"
+    with pytest.raises(UnknownNameError, match="known"):
+        folder_loader("no-such-format")
+    assert isinstance(Command("x", "y"), Command) and isinstance(FolderFormat("a", "b:c"), FolderFormat)
 
 
 def test_readme_method_table_is_up_to_date():

@@ -6,16 +6,15 @@ import math
 import pytest
 import torch
 
+from rankwise.adapters import adapt, top_layers
 from rankwise.errors import InvalidInputError, NumericalError
 from rankwise.models import tiny_bert, tiny_llama
 from rankwise.training import (
     ClassificationTask,
     LanguageModelingTask,
     TrainConfig,
-    adapt,
     batch_indices,
     lr_at,
-    top_layers,
     train,
 )
 
@@ -177,3 +176,59 @@ def test_training_in_slices_equals_one_run(tmp_path):
     assert last.resumed_from == 4 and last.losses == ref.losses and last.final == ref.final
     with pytest.raises(InvalidInputError, match="stop_after"):
         train(_adapted_lm(), _lm_task(), config, stop_after=0)
+
+
+class RecordingTask(LanguageModelingTask):
+    """Records the example indices of every batch it builds."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def batch(self, indices):
+        self.seen.append(indices.tolist())
+        return super().batch(indices)
+
+
+def test_pretraining_from_windows_is_deterministic_schedules_the_lr_and_counts_tokens():
+    """The optimizer comparison's needs (formerly optim/lm_pretraining): floor schedule, same seeded batches for every
+    optimizer, clipping, periodic held-out evaluation, tokens seen."""
+    from rankwise.optim import LoRAPre
+    from rankwise.training.optimizers import adamw
+
+    assert lr_at(0, 10, 1.0, 2, 0.1) == 0.5 and lr_at(1, 10, 1.0, 2, 0.1) == 1.0
+    assert lr_at(9, 10, 1.0, 2, 0.1) == pytest.approx(0.1) and lr_at(10, 10, 1.0, 2, 0.1) == pytest.approx(0.1)
+    windows = torch.randint(0, 64, (12, 16), generator=torch.Generator().manual_seed(0))
+    config = TrainConfig(steps=4, batch_size=4, lr=1e-2, warmup_ratio=0.25, min_lr_ratio=0.1, max_grad_norm=1.0, eval_every=2, seed=1)
+    lora_pre = lambda module, cfg: LoRAPre(module.parameters(), lr=cfg.lr, rank=None)  # noqa: E731  (the loop is optimizer-agnostic)
+    runs, batches = [], []
+    for factory in (lora_pre, lora_pre, adamw()):
+        model = tiny_llama(0, vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=24)
+        task = RecordingTask(windows, windows[:2], name="pretrain")
+        run = train(model, task, config, optimizer=factory)
+        assert run.optimizer.param_groups[0]["lr"] == 1e-2  # the peak lr is restored afterwards
+        assert [h["lr"] for h in run.history] == [lr_at(s, 4, 1e-2, 1, 0.1) for s in range(4)]
+        assert all(h["grad_norm"] > 0 for h in run.history)
+        runs.append(run)
+        batches.append(task.seen)
+    a, b, other = runs
+    assert (a.losses, a.eval_curve()) == (b.losses, b.eval_curve())  # same seed, same numbers
+    assert [s for s, _ in a.eval_curve()] == [2, 4] and a.eval_curve()[-1][1] == a.final["eval_loss"]
+    assert batches[0] == batches[1] == batches[2]  # every optimizer sees the same batches in the same order
+    assert a.tokens_seen == 4 * 4 * 16 and [h["tokens"] for h in a.history] == [64, 128, 192, 256]
+    assert other.losses[0] == a.losses[0] and other.losses != a.losses  # same first batch, different optimizer
+
+
+def test_gradient_clipping_bounds_the_update_norm():
+    sgd = lambda module, cfg: torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=cfg.lr)  # noqa: E731
+    for max_norm in (1e-3, None):
+        model = _adapted_lm()
+        before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+        run = train(model, _lm_task(), TrainConfig(steps=1, batch_size=4, lr=1.0, warmup_ratio=0.0, max_grad_norm=max_norm), optimizer=sgd)
+        moved = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.detach() - q) for p, q in
+                                                      zip([p for p in model.parameters() if p.requires_grad], before)]))
+        assert run.history[0]["grad_norm"] > 1e-3  # the norm before clipping is what is reported
+        if max_norm is None:
+            assert float(moved) == pytest.approx(run.history[0]["grad_norm"], rel=1e-4)  # SGD at lr 1 moves by the gradient
+        else:
+            assert float(moved) <= max_norm * (1 + 1e-4)

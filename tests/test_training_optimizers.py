@@ -3,10 +3,11 @@
 import pytest
 import torch
 
+from rankwise.adapters import adapt
 from rankwise.errors import InvalidInputError, UnknownNameError
 from rankwise.models import tiny_bert, tiny_llama
 from rankwise.optim import LoRAPre, is_factored
-from rankwise.training import LanguageModelingTask, TrainConfig, adapt, train
+from rankwise.training import LanguageModelingTask, TrainConfig, train
 from rankwise.training.optimizers import adamw, galore, lora_pre, optimizer_factory
 from test_training import FailingTask, Interrupt, _cls_task
 

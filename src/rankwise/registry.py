@@ -1,87 +1,181 @@
-"""The catalogue: one entry per method card. It drives `rankwise list`, the README's method table and the test matrix.
+"""The catalogue: one `MethodSpec` per method card, the single record everything else reads.
+
+`rankwise list`, `rankwise repro SLUG[:EXPERIMENT]`, `rankwise demo`, the CLI's method commands, the folder formats
+`load_model` reloads, the README's method table and the test matrix are all built from `METHODS` below; nothing is
+found by scanning modules or by naming conventions.
 
 A method's status is computed from what exists, never typed:
-  planned      its API entry points or its reproduction module do not exist yet;
-  implemented  its entry points resolve, its reproduction module has `run`, and it has tests;
-  reproduced   implemented, and `docs/results/<slug>/report.json` is a `full` run whose claims all pass.
-To land a method: put its public API in `entry_points` ("module:attribute"), write `rankwise/repro/<slug_>.py`
-with `run(size, seed) -> Report`, tests under `tests/` named `test_<slug_>*.py`, then run its full reproduction.
+  planned      its API entry points or its `main` experiment do not resolve, or no test is marked for it;
+  implemented  its entry points resolve, its `main` experiment resolves and tests carry `pytest.mark.method(slug)`;
+  reproduced   implemented, the `main` experiment's committed `full` report (protocol 2) has at least one paper
+               claim and every paper claim PASSes, and every other experiment's full report has none that does not.
+
+This module imports nothing of rankwise but its errors: targets are "module:attribute" strings resolved on use, so
+the registry can be read from any layer without pulling method code in. CONTRIBUTING.md says how to add an entry.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from rankwise.errors import UnknownNameError
+from rankwise.errors import RankwiseError, UnknownNameError
 
-FAMILIES = ("adapters", "compress", "quant", "optim", "nn", "training", "algorithms", "theory")
+# A family is the package a method's code lives in (theory methods live in reproductions only).
+FAMILIES = {
+    "adapters": "rankwise.adapters",
+    "compress": "rankwise.compress",
+    "quant": "rankwise.quant",
+    "optim": "rankwise.optim",
+    "nn": "rankwise.nn",
+    "algorithms": "rankwise.algorithms",
+    "recipes": "rankwise.recipes",  # training procedures that are not optimizers or layers (DFA, TraDy, WASI, ...)
+    "apps": "rankwise.apps",  # domain methods: apps/<domain>/ (RL, graphs, vision, embodied control)
+    "theory": "rankwise.repro",
+}
+STATUSES = ("planned", "implemented", "reproduced")
+MAIN = "main"
 
 
 @dataclass(frozen=True)
-class Method:
+class Experiment:
+    """One reproduction experiment: `run(size, seed) -> Report`, its report under `docs/results/<slug>[/<name>]/`.
+
+    `threads` is the intra-op thread count the runner sets while it runs (None: leave torch's default, one per core);
+    a user's `rankwise --threads N` overrides it. Small-matmul experiments use 1: a second thread mostly spin-waits.
+    """
+
+    name: str
+    run: str  # "module:function"
+    summary: str
+    threads: int | None = 1
+
+    def results_dir(self, slug: str) -> Path:
+        base = Path("docs") / "results" / slug
+        return base if self.name == MAIN else base / self.name
+
+
+@dataclass(frozen=True)
+class Command:
+    """A CLI command a method contributes: `name` is its words ("place", "convert mla"); `module` has `register`."""
+
+    name: str
+    module: str
+
+
+@dataclass(frozen=True)
+class FolderFormat:
+    """A model-folder format a method writes (config.json's "rankwise_format") and the loader that reads it back."""
+
+    name: str
+    loader: str  # "module:function", (path) -> (model, tokenizer)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
     slug: str  # = the method card's file name
     title: str  # the paper's title
     family: str
-    entry_points: tuple[str, ...] = ()  # "module:attribute" of the public API
+    api: tuple[str, ...] = ()  # "module:attribute" of the public API
+    experiments: tuple[Experiment, ...] = ()  # the first is `main`
+    demo: str | None = None  # "module:function" taking a DemoContext
+    commands: tuple[Command, ...] = ()
+    folder_formats: tuple[FolderFormat, ...] = ()
+    docs: str | None = None  # the method page, relative to the checkout
 
-    @property
-    def module_name(self) -> str:
-        return self.slug.replace("-", "_")
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise RankwiseError(f"{self.slug}: family {self.family!r} not in {sorted(FAMILIES)}")
+        names = [e.name for e in self.experiments]
+        if names and names[0] != MAIN:
+            raise RankwiseError(f"{self.slug}: the first experiment must be {MAIN!r}, got {names}")
+        if len(set(names)) != len(names):
+            raise RankwiseError(f"{self.slug}: duplicate experiment names {names}")
 
-    @property
-    def reproduction(self) -> str:
-        return f"rankwise.repro.{self.module_name}"
-
-    def has_reproduction(self) -> bool:
-        return _resolves(f"{self.reproduction}:run")
+    # -- what exists ----------------------------------------------------------------------------------------------
+    def experiment(self, name: str = MAIN) -> Experiment:
+        for e in self.experiments:
+            if e.name == name:
+                return e
+        known = ", ".join(e.name for e in self.experiments) or "none yet"
+        raise UnknownNameError(f"{self.slug} has no experiment {name!r} (experiments: {known})")
 
     def has_api(self) -> bool:
-        return bool(self.entry_points) and all(_resolves(e) for e in self.entry_points)
+        return bool(self.api) and all(resolves(e) for e in self.api)
+
+    def has_reproduction(self) -> bool:
+        return bool(self.experiments) and all(resolves(e.run) for e in self.experiments)
 
     def has_tests(self) -> bool:
-        root = repo_root()
-        if root is None:  # installed without the source tree: tests cannot be checked, trust the API
-            return True
-        return any((root / "tests").rglob(f"test_{self.module_name}*.py"))
+        marked = marked_test_slugs()
+        return True if marked is None else self.slug in marked  # installed without tests/: trust the API
 
-    def report(self) -> dict | None:
+    # -- what was measured ----------------------------------------------------------------------------------------
+    def report(self, experiment: str = MAIN) -> dict | None:
+        """The committed report of an experiment (None if absent or unreadable)."""
         root = repo_root()
-        path = root / "docs" / "results" / self.slug / "report.json" if root else None
-        if path is None or not path.is_file():
+        if root is None:
             return None
+        path = root / self.experiment(experiment).results_dir(self.slug) / "report.json"
         try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
+            return json.loads(path.read_text()) if path.is_file() else None
+        except (OSError, json.JSONDecodeError):
             return None
 
     @property
     def status(self) -> str:
         if not (self.has_api() and self.has_reproduction() and self.has_tests()):
             return "planned"
-        report = self.report()
-        if report and report.get("size") == "full" and report.get("claims") and report.get("passed"):
+        main, *extras = [self.report(e.name) for e in self.experiments]
+        # An extra experiment (e.g. care-mla's deploy) may hold only checks; any paper claim it has must PASS too.
+        if main is not None and report_reproduces(main) and all(
+                r is not None and report_reproduces(r, require_paper_claim=False) for r in extras):
             return "reproduced"
         return "implemented"
 
-    def claims_summary(self) -> str:
-        report = self.report()
+    def claims_summary(self, experiment: str = MAIN) -> str:
+        """Paper-claim verdicts of the committed full report, e.g. "3/4 paper claims PASS, 1 INCONCLUSIVE"."""
+        report = self.report(experiment)
         if not report or report.get("size") != "full":
             return ""
-        claims = report.get("claims", [])
-        return f"{sum(c['passed'] for c in claims)}/{len(claims)} hold"
+        if report.get("protocol", 1) < 2:  # written before claims had kinds: none of them is evidence yet
+            claims = report.get("claims", [])
+            return f"legacy report: {sum(bool(c.get('passed')) for c in claims)}/{len(claims)} unclassified claims held"
+        paper = [c for c in report.get("claims", []) if c.get("kind") == "paper"]
+        counts = {v: sum(c.get("verdict") == v for c in paper) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
+        text = f"{counts['PASS']}/{len(paper)} paper claims PASS"
+        rest = [f"{n} {v}" for v, n in counts.items() if v != "PASS" and n]
+        return text + (f" ({', '.join(rest)})" if rest else "")
 
 
-def _resolves(target: str) -> bool:
+def report_reproduces(report: dict, require_paper_claim: bool = True) -> bool:
+    """A committed report supports *reproduced*: full size, protocol 2, >= 1 paper claim, every paper claim PASS."""
+    if report.get("size") != "full" or report.get("protocol", 1) < 2:
+        return False
+    paper = [c for c in report.get("claims", []) if c.get("kind") == "paper"]
+    return (bool(paper) or not require_paper_claim) and all(c.get("verdict") == "PASS" for c in paper)
+
+
+def resolves(target: str) -> bool:
     module, _, attr = target.partition(":")
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError:
         return False
     return not attr or hasattr(mod, attr)
+
+
+def resolve(target: str) -> Any:
+    """The object a "module:attribute" target names."""
+    module, _, attr = target.partition(":")
+    mod = importlib.import_module(module)
+    return getattr(mod, attr) if attr else mod
 
 
 @lru_cache(maxsize=1)
@@ -94,72 +188,178 @@ def repo_root() -> Path | None:
     return None
 
 
-def M(slug: str, title: str, family: str, *entry_points: str) -> Method:
-    if family not in FAMILIES:
-        raise ValueError(f"{slug}: family {family!r} not in {FAMILIES}")
-    return Method(slug, title, family, tuple(entry_points))
+_MARKER = re.compile(r"""mark\.method\(\s*((?:["'][a-z0-9-]+["']\s*,?\s*)+)\)""")
 
 
-METHODS: tuple[Method, ...] = (
-    M("care-mla", "CARE: Covariance-Aware and Rank-Enhanced Decomposition for Enabling Multi-Head Latent Attention", "compress", "rankwise.compress.mla:convert_to_mla", "rankwise.compress.mla:decompose_kv", "rankwise.compress.mla:allocate_ranks", "rankwise.compress.mla:save_mla", "rankwise.compress.mla:load_mla", "rankwise.core.linalg:whitened_low_rank", "rankwise.compress.mla_deploy:convert_to_deployable_mla", "rankwise.compress.mla_deploy:export_deepseek_v3"),
-    M("coa-lora", "On-the-Fly Adaptation to Quantization: Configuration-Aware LoRA for Efficient Fine-Tuning of Quantized LLMs", "adapters"),
-    M("codequant", "CodeQuant: Unified Clustering and Quantization for Enhanced Outlier Smoothing in Low-Precision Mixture-of-Experts", "compress"),
-    M("consistent-lra", "Consistent Low-Rank Approximation", "algorithms"),
-    M("dfa-feedback-matching", "Enabling Fine-Tuning of Direct Feedback Alignment via Feedback-Weight Matching", "training"),
-    M("diff-interpretation-tuning", "Learning to Interpret Weight Differences in Language Models", "training"),
-    M("diffgda", "Learning Structure-Semantic Evolution Trajectories for Graph Domain Adaptation", "training"),
-    M("emac-autta", "Exposing Mixture and Annotating Confusion for Active Universal Test-Time Adaptation", "training"),
-    M("escape-directions", "Saddle-To-Saddle Dynamics in Deep ReLU Networks: Low-Rank Bias in the First Saddle Escape", "theory"),
-    M("frequency-representation-learning", "Breaking Scale Anchoring: Frequency Representation Learning for Accurate High-Resolution Inference from Low-Resolution Training", "nn"),
-    M("guardspace", "A Guardrail for Safety Preservation: When Safety-Sensitive Subspace Meets Harmful-Resistant Null-Space", "adapters", "rankwise.adapters.guardspace:GuardSpaceConfig", "rankwise.adapters.guardspace:GuardSpaceAdapter", "rankwise.adapters.guardspace_split:guarded_split"),
-    M("hybrid-online-learning", "Oracle-efficient Hybrid Learning with Constrained Adversaries", "algorithms"),
-    M("ivq-concept-bottleneck", "Escaping Low-Rank Traps: Interpretable Visual Concept Learning via Implicit Vector Quantization", "nn"),
-    M("la-lora", "Rethinking LoRA for Privacy-Preserving Federated Learning in Large Models", "adapters"),
-    M("lmao", "Three Forward, One Backward: Memory-Efficient Full-Rank Fine-Tuning of Large Models via Extra Forward Passes", "optim"),
-    M("lora-pre", "Taming Momentum: Rethinking Optimizer States Through Low-Rank Approximation", "optim", "rankwise.optim:LoRAPre", "rankwise.optim:LoRAPreMuon", "rankwise.optim:low_rank_param_groups", "rankwise.optim:galore_adamw", "rankwise.optim:optimizer_state_bytes"),
-    M("lorax", "Low rank adaptation of chemical foundation models generates effective odorant representations", "adapters"),
-    M("lorsa", "Towards Understanding the Nature of Attention with Low-Rank Sparse Decomposition", "nn"),
-    M("loss-curve-collapse", "Scaling with Collapse: Efficient and Predictable Training of LLM Families", "theory"),
-    M("lowprec-flash-attention", "Why Low-Precision Transformer Training Fails: An Analysis on Flash Attention", "training"),
-    M("lrnn", "Deep Learning with Learnable Product-Structured Activations", "nn"),
-    M("martingale-posterior-uq", "Frozen Priors, Fluid Forecasts: Prequential Uncertainty for Low-Data Deployment with Pretrained Generative Models", "algorithms"),
-    M("metavla", "MetaVLA: Unified Meta Co-Training for Efficient Embodied Adaptation", "training"),
-    M("microscaling-ue5m3", "Is Finer Better? The Limits of Microscaling Formats in Large Language Models", "quant", "rankwise.quant.formats:FloatFormat", "rankwise.quant.block:quantize", "rankwise.quant.fake_quant:quantize_linears_", "rankwise.quant.storage:save_quantized", "rankwise.quant.error_model:gaussian_terms"),
-    M("mixture-of-memories", "MoM: Linear Sequence Modeling with Mixture-of-Memories", "nn"),
-    M("multitask-lora-trigger", "JailbreakLoRA: Your Downloaded LoRA from Sharing Platforms might be Unsafe", "adapters"),
-    M("palc", "PALC: Preference Alignment via Logit Calibration", "training"),
-    M("peso", "Continual Low-Rank Adapters for LLM-based Generative Recommender Systems", "adapters"),
-    M("pft-fer", "Personalized Feature Translation for Expression Recognition: An Efficient Source-Free Domain Adaptation Method", "training"),
-    M("pica", "PiCa: Parameter-Efficient Fine-Tuning with Column Space Projection", "adapters", "rankwise.adapters:PicaConfig", "rankwise.adapters:add_adapter", "rankwise.training:train"),
-    M("plop", "PLoP: Precise LoRA Placement for Efficient Finetuning of Large Models", "adapters", "rankwise.adapters.plop:nfn_scores", "rankwise.adapters.plop:plop_targets", "rankwise.commands.place:run"),
-    M("portable-adapter", "CAR-LoRA: Training Compression-Aware and Robust LoRA Adapters for Evolving LLMs", "adapters"),
-    M("quantized-relu-training", "Tractability via Low Dimensionality: The Parameterized Complexity of Training Quantized Neural Networks", "theory"),
-    M("sample-weight-decay", "The Rank and Gradient Lost in Non-stationarity: Sample Weight Decay for Mitigating Plasticity Loss in Reinforcement Learning", "training"),
-    M("task-arithmetic-fairness", "On Fairness of Task Arithmetic: The Role of Task Vectors", "training"),
-    M("trady", "Study of Training Dynamics for Memory-Constrained Fine-Tuning", "training"),
-    M("tubal-rank-recovery", "The Power of Small Initialization in Noisy Low-Tubal-Rank Tensor Recovery", "algorithms"),
-    M("wasi", "Efficient Resource-Constrained Training of Transformers via Subspace Optimization", "training"),
+@lru_cache(maxsize=1)
+def marked_test_slugs() -> frozenset[str] | None:
+    """Slugs named by `pytest.mark.method(...)` in the checkout's tests (None when there is no tests/ folder).
+
+    Read from the source text so that `rankwise list` need not import pytest; tests/conftest.py checks at collection
+    that every marker names a registered slug.
+    """
+    root = repo_root()
+    if root is None or not (root / "tests").is_dir():
+        return None
+    found: set[str] = set()
+    for path in (root / "tests").rglob("*.py"):
+        for group in _MARKER.findall(path.read_text(encoding="utf-8", errors="replace")):
+            found.update(re.findall(r"""["']([a-z0-9-]+)["']""", group))
+    return frozenset(found)
+
+
+def _repro(slug: str, name: str = MAIN, summary: str = "", threads: int | None = 1, module: str | None = None) -> Experiment:
+    return Experiment(name, f"rankwise.repro.{slug.replace('-', '_')}.{module or name}:run", summary, threads)
+
+
+def _m(slug: str, title: str, family: str, **fields: Any) -> MethodSpec:
+    return MethodSpec(slug, title, family, **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+
+
+FINETUNE = Command("finetune", "rankwise.commands.finetune")
+
+METHODS: tuple[MethodSpec, ...] = (
+    _m("care-mla", "CARE: Covariance-Aware and Rank-Enhanced Decomposition for Enabling Multi-Head Latent Attention", "compress",
+       api=["rankwise.compress.mla:convert_to_mla", "rankwise.compress.mla:decompose_kv", "rankwise.compress.mla:allocate_ranks",
+            "rankwise.compress.mla:save_mla", "rankwise.compress.mla:load_mla", "rankwise.core.linalg:whitened_low_rank",
+            "rankwise.compress.mla_deploy:convert_to_deployable_mla", "rankwise.compress.mla_deploy:export_deepseek_v3"],
+       experiments=[_repro("care-mla", summary="one-shot GQA->MLA on SmolLM2: CARE vs plain SVD and SVD-LLM, uniform vs adjusted ranks", threads=None),
+                    _repro("care-mla", "deploy", "latent-only KV cache, absorbed decoding, DeepSeek-V3 export, healing", threads=None)],
+       demo="rankwise.demos.care_mla:headline",
+       commands=[Command("convert mla", "rankwise.commands.convert_mla")],
+       folder_formats=[FolderFormat("mla-oneshot", "rankwise.compress.mla.io:load_mla")],
+       docs="docs/methods/care-mla.md"),
+    _m("coa-lora", "On-the-Fly Adaptation to Quantization: Configuration-Aware LoRA for Efficient Fine-Tuning of Quantized LLMs", "adapters"),
+    _m("codequant", "CodeQuant: Unified Clustering and Quantization for Enhanced Outlier Smoothing in Low-Precision Mixture-of-Experts", "compress"),
+    _m("consistent-lra", "Consistent Low-Rank Approximation", "algorithms"),
+    _m("dfa-feedback-matching", "Enabling Fine-Tuning of Direct Feedback Alignment via Feedback-Weight Matching", "recipes"),
+    _m("diff-interpretation-tuning", "Learning to Interpret Weight Differences in Language Models", "recipes"),
+    _m("diffgda", "Learning Structure-Semantic Evolution Trajectories for Graph Domain Adaptation", "apps"),
+    _m("emac-autta", "Exposing Mixture and Annotating Confusion for Active Universal Test-Time Adaptation", "apps"),
+    _m("escape-directions", "Saddle-To-Saddle Dynamics in Deep ReLU Networks: Low-Rank Bias in the First Saddle Escape", "theory"),
+    _m("frequency-representation-learning", "Breaking Scale Anchoring: Frequency Representation Learning for Accurate High-Resolution Inference from Low-Resolution Training", "nn"),
+    _m("guardspace", "A Guardrail for Safety Preservation: When Safety-Sensitive Subspace Meets Harmful-Resistant Null-Space", "adapters",
+       api=["rankwise.adapters.guardspace:GuardSpaceConfig", "rankwise.adapters.guardspace:GuardSpaceAdapter",
+            "rankwise.adapters.guardspace_split:guarded_split"],
+       experiments=[_repro("guardspace", summary="SmolLM2 fine-tuned on a task: protected-prompt drift and task accuracy vs LoRA")],
+       commands=[FINETUNE], docs="docs/methods/guardspace.md"),
+    _m("hybrid-online-learning", "Oracle-efficient Hybrid Learning with Constrained Adversaries", "algorithms"),
+    _m("ivq-concept-bottleneck", "Escaping Low-Rank Traps: Interpretable Visual Concept Learning via Implicit Vector Quantization", "nn"),
+    _m("la-lora", "Rethinking LoRA for Privacy-Preserving Federated Learning in Large Models", "adapters"),
+    _m("lmao", "Three Forward, One Backward: Memory-Efficient Full-Rank Fine-Tuning of Large Models via Extra Forward Passes", "optim"),
+    _m("lora-pre", "Taming Momentum: Rethinking Optimizer States Through Low-Rank Approximation", "optim",
+       api=["rankwise.optim:LoRAPre", "rankwise.optim:LoRAPreMuon", "rankwise.optim:low_rank_param_groups",
+            "rankwise.optim:galore_adamw", "rankwise.optim:optimizer_state_bytes"],
+       experiments=[_repro("lora-pre", summary="momentum tracking, small-Llama pretraining and MiniLM fine-tuning vs AdamW, GaLore, LoRA", threads=None)],
+       demo="rankwise.demos.lora_pre:headline", commands=[FINETUNE], docs="docs/methods/lora-pre.md"),
+    _m("lorax", "Low rank adaptation of chemical foundation models generates effective odorant representations", "adapters"),
+    _m("lorsa", "Towards Understanding the Nature of Attention with Low-Rank Sparse Decomposition", "nn"),
+    _m("loss-curve-collapse", "Scaling with Collapse: Efficient and Predictable Training of LLM Families", "theory"),
+    _m("lowprec-flash-attention", "Why Low-Precision Transformer Training Fails: An Analysis on Flash Attention", "recipes"),
+    _m("lrnn", "Deep Learning with Learnable Product-Structured Activations", "nn"),
+    _m("martingale-posterior-uq", "Frozen Priors, Fluid Forecasts: Prequential Uncertainty for Low-Data Deployment with Pretrained Generative Models", "algorithms"),
+    _m("metavla", "MetaVLA: Unified Meta Co-Training for Efficient Embodied Adaptation", "apps"),
+    _m("microscaling-ue5m3", "Is Finer Better? The Limits of Microscaling Formats in Large Language Models", "quant",
+       api=["rankwise.quant.formats:FloatFormat", "rankwise.quant.block:quantize", "rankwise.quant.fake_quant:quantize_linears_",
+            "rankwise.quant.storage:save_quantized", "rankwise.quant.error_model:gaussian_terms"],
+       experiments=[_repro("microscaling-ue5m3", summary="block-size anomaly of UE4M3 scales; UE5M3 without a global scale; torchao parity")],
+       demo="rankwise.demos.microscaling_ue5m3:headline",
+       commands=[Command("quantize", "rankwise.commands.quantize")],
+       folder_formats=[FolderFormat("microscaling", "rankwise.quant.storage:load_quantized")],
+       docs="docs/methods/microscaling-ue5m3.md"),
+    _m("mixture-of-memories", "MoM: Linear Sequence Modeling with Mixture-of-Memories", "nn"),
+    _m("multitask-lora-trigger", "JailbreakLoRA: Your Downloaded LoRA from Sharing Platforms might be Unsafe", "adapters"),
+    _m("palc", "PALC: Preference Alignment via Logit Calibration", "recipes"),
+    _m("peso", "Continual Low-Rank Adapters for LLM-based Generative Recommender Systems", "adapters"),
+    _m("pft-fer", "Personalized Feature Translation for Expression Recognition: An Efficient Source-Free Domain Adaptation Method", "apps"),
+    _m("pica", "PiCa: Parameter-Efficient Fine-Tuning with Column Space Projection", "adapters",
+       api=["rankwise.adapters:PicaConfig", "rankwise.adapters:add_adapter", "rankwise.training:train"],
+       experiments=[_repro("pica", summary="MiniLM topic classification at an equal adapter budget: PiCa vs LoRA and PiSSA")],
+       demo="rankwise.demos.pica:headline", commands=[FINETUNE], docs="docs/methods/pica.md"),
+    _m("plop", "PLoP: Precise LoRA Placement for Efficient Finetuning of Large Models", "adapters",
+       api=["rankwise.adapters.plop:nfn_scores", "rankwise.adapters.plop:plop_targets"],
+       experiments=[_repro("plop", summary="NFN module-type ranking: stability, and PLoP's placement vs its inverse")],
+       commands=[Command("place", "rankwise.commands.place")], docs="docs/methods/plop.md"),
+    _m("portable-adapter", "CAR-LoRA: Training Compression-Aware and Robust LoRA Adapters for Evolving LLMs", "adapters"),
+    _m("quantized-relu-training", "Tractability via Low Dimensionality: The Parameterized Complexity of Training Quantized Neural Networks", "theory"),
+    _m("sample-weight-decay", "The Rank and Gradient Lost in Non-stationarity: Sample Weight Decay for Mitigating Plasticity Loss in Reinforcement Learning", "apps"),
+    _m("task-arithmetic-fairness", "On Fairness of Task Arithmetic: The Role of Task Vectors", "recipes"),
+    _m("trady", "Study of Training Dynamics for Memory-Constrained Fine-Tuning", "recipes"),
+    _m("tubal-rank-recovery", "The Power of Small Initialization in Noisy Low-Tubal-Rank Tensor Recovery", "algorithms"),
+    _m("wasi", "Efficient Resource-Constrained Training of Transformers via Subspace Optimization", "recipes"),
 )
 
 BY_SLUG = {m.slug: m for m in METHODS}
 
+# Commands every install has, whatever its methods; method commands come from the records above.
+GENERAL_COMMANDS: tuple[Command, ...] = (
+    Command("list", "rankwise.commands.list"),
+    Command("repro", "rankwise.commands.repro"),
+    Command("demo", "rankwise.commands.demo"),
+    Command("eval", "rankwise.commands.eval"),
+)
+COMMAND_GROUPS = {"convert": "convert a model (e.g. GQA attention to multi-head latent attention)"}
 
-def get_method(slug: str) -> Method:
+
+def get_method(slug: str) -> MethodSpec:
     if slug not in BY_SLUG:
         raise UnknownNameError(f"unknown method {slug!r}; `rankwise list` shows the {len(METHODS)} known slugs")
     return BY_SLUG[slug]
 
 
-def methods_with_reproduction() -> list[Method]:
+def parse_target(target: str) -> tuple[MethodSpec, Experiment]:
+    """"SLUG" or "SLUG:EXPERIMENT" -> (method, experiment)."""
+    slug, _, name = target.partition(":")
+    method = get_method(slug)
+    if not method.experiments:
+        raise RankwiseError(f"{slug} has no reproduction yet (status: {method.status})")
+    return method, method.experiment(name or MAIN)
+
+
+def methods_with_reproduction() -> list[MethodSpec]:
     return [m for m in METHODS if m.has_reproduction()]
+
+
+def all_experiments() -> list[tuple[MethodSpec, Experiment]]:
+    """Every registered experiment (the smoke test matrix)."""
+    return [(m, e) for m in METHODS for e in m.experiments]
+
+
+def all_commands() -> list[Command]:
+    """The CLI's commands: the general ones, then each method's (a command shared by methods appears once)."""
+    seen: dict[str, Command] = {c.name: c for c in GENERAL_COMMANDS}
+    for m in METHODS:
+        for c in m.commands:
+            if seen.setdefault(c.name, c) != c:
+                raise RankwiseError(f"command {c.name!r} is registered with two modules: {seen[c.name].module}, {c.module}")
+    return list(seen.values())
+
+
+def demo_headlines() -> list[tuple[MethodSpec, Callable]]:
+    return [(m, resolve(m.demo)) for m in METHODS if m.demo]
+
+
+def folder_loader(fmt: str) -> Callable:
+    """The loader of a rankwise folder format (config.json's "rankwise_format")."""
+    for m in METHODS:
+        for f in m.folder_formats:
+            if f.name == fmt:
+                return resolve(f.loader)
+    known = sorted(f.name for m in METHODS for f in m.folder_formats)
+    raise UnknownNameError(f"rankwise format {fmt!r} is unknown to this version; known: {known}")
 
 
 def markdown_table() -> str:
     """The README's method table, generated from the catalogue."""
-    lines = ["| method | paper | family | status | full-run claims |", "|---|---|---|---|---|"]
+    lines = ["| method | paper | family | status | full-run verdicts |", "|---|---|---|---|---|"]
     for m in METHODS:
-        report_link = f"[{m.claims_summary()}](docs/results/{m.slug}/report.md)" if m.claims_summary() else ""
-        lines.append(f"| `{m.slug}` | {m.title} | {m.family} | {m.status} | {report_link} |")
+        cells = []
+        for e in m.experiments:
+            summary = m.claims_summary(e.name)
+            if summary:
+                label = "" if e.name == MAIN else f"{e.name}: "
+                cells.append(f"[{label}{summary}]({e.results_dir(m.slug).as_posix()}/report.md)")
+        lines.append(f"| `{m.slug}` | {m.title} | {m.family} | {m.status} | {'; '.join(cells)} |")
     return "\n".join(lines)
 
 

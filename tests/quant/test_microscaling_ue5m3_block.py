@@ -14,6 +14,8 @@ from rankwise.quant.fake_quant import fake_quantize
 from rankwise.quant.formats import E2M1, E8M0, UE4M3, UE5M3
 from rankwise.quant.packing import pack_nibbles, unpack_nibbles
 
+pytestmark = pytest.mark.method("microscaling-ue5m3")
+
 
 @settings(max_examples=50, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2**31 - 1))

@@ -7,6 +7,8 @@ import pytest
 from rankwise.cli import main
 from rankwise.models import load_model, load_smollm2_tokenizer, tiny_llama
 
+pytestmark = pytest.mark.method("microscaling-ue5m3")
+
 
 def test_quantize_command_on_a_saved_tiny_llama(tmp_path, capsys):
     src = tmp_path / "tiny"

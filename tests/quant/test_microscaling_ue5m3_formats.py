@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from rankwise.errors import InvalidInputError, NumericalError, UnknownNameError
 from rankwise.quant.formats import E2M1, E4M3, E5M2, E8M0, FORMATS, UE4M3, UE5M3, UE5M3_IEEE, UE5M3_NO_SPECIALS, get_format
 
+pytestmark = pytest.mark.method("microscaling-ue5m3")
+
 ALL = list(FORMATS.values())
 
 

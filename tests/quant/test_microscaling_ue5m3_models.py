@@ -12,6 +12,8 @@ from rankwise.quant.error_model import gaussian_terms, monte_carlo_terms, predic
 from rankwise.quant.fake_quant import fake_quantize, quantize_linears_, quantized_copy
 from rankwise.quant.storage import save_quantized
 
+pytestmark = pytest.mark.method("microscaling-ue5m3")
+
 
 def test_quantize_linears_in_place_skips_lm_head_and_is_idempotent():
     model = tiny_llama(0)

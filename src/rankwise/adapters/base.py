@@ -6,7 +6,7 @@ additive update on top of the *unchanged* base weight (PiSSA's residual, GuardSp
 expressed as `delta = new - initial`), which is what makes disable, delete, several adapters and exact
 merge/unmerge work the same way for all of them.
 
-An adapter type is an `Adapter` subclass registered with `@register_adapter("name")`. It implements:
+An adapter type is an `Adapter` subclass with a `method` name, listed in `types.ADAPTER_TYPES`. It implements:
   __init__(site, config, initialize)   build parameters for one layer; `initialize=False` only allocates shapes
                                        (the loader fills them), so expensive inits (SVD, calibration) are skipped;
   forward(x) -> delta output           x [..., in] -> [..., out], added to the base output;
@@ -17,7 +17,6 @@ Parameters shared across layers (PiCa's per-module-type matrix) come from `site.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -28,50 +27,7 @@ from torch.nn import functional as F
 
 from rankwise.adapters.config import AdapterConfig
 from rankwise.core.calibration import SecondMoment
-from rankwise.errors import InvalidInputError, UnknownNameError
-
-ADAPTER_TYPES: dict[str, type[Adapter]] = {}
-
-
-def register_adapter(method: str) -> Callable[[type[Adapter]], type[Adapter]]:
-    """Class decorator: make an Adapter subclass available under `method` (CLI, configs, the loader)."""
-
-    def deco(cls: type[Adapter]) -> type[Adapter]:
-        if method in ADAPTER_TYPES and ADAPTER_TYPES[method] is not cls:
-            raise InvalidInputError(f"adapter type {method!r} is already registered by {ADAPTER_TYPES[method].__name__}")
-        cls.method = method
-        cls.config_class.method = method
-        ADAPTER_TYPES[method] = cls
-        return cls
-
-    return deco
-
-
-def discover_adapter_types() -> dict[str, type[Adapter]]:
-    """Import every module of `rankwise.adapters` so each method file registers itself; return the registry.
-
-    A new method only needs its own file in this package: no list to edit.
-    """
-    import importlib
-    import pkgutil
-
-    import rankwise.adapters as package
-
-    for info in pkgutil.iter_modules(package.__path__):
-        try:
-            importlib.import_module(f"{package.__name__}.{info.name}")
-        except Exception as e:  # one broken method file must not take every other method down with it
-            warnings.warn(f"adapter module {package.__name__}.{info.name} failed to import ({type(e).__name__}: {e}); its methods are unavailable", stacklevel=2)
-    return ADAPTER_TYPES
-
-
-def adapter_type(method: str) -> type[Adapter]:
-    if method not in ADAPTER_TYPES:
-        discover_adapter_types()
-    if method not in ADAPTER_TYPES:
-        raise UnknownNameError(f"unknown adapter method {method!r}; registered: {sorted(ADAPTER_TYPES)}")
-    return ADAPTER_TYPES[method]
-
+from rankwise.errors import InvalidInputError
 
 @dataclass(frozen=True)
 class LoraFactors:

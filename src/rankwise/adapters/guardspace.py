@@ -28,9 +28,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rankwise.adapters.base import Adapter, AdapterSite, LoraFactors, register_adapter
+from rankwise.adapters.base import Adapter, AdapterSite, LoraFactors
 from rankwise.adapters.config import AdapterConfig
-from rankwise.adapters.guardspace_split import guarded_split, null_space_basis, protected_eigh
+from rankwise.adapters.guardspace_split import guarded_split, null_space_basis
+from rankwise.core.linalg import symmetric_eigh
 from rankwise.errors import InvalidInputError
 
 GUARDSPACE_INITS = ("guardspace", "lora")
@@ -38,6 +39,8 @@ GUARDSPACE_INITS = ("guardspace", "lora")
 
 @dataclass
 class GuardSpaceConfig(AdapterConfig):
+    method = "guardspace"  # its key in rankwise.adapters.types.ADAPTER_TYPES
+
     lora_alpha: float = 8.0  # scaling s = lora_alpha / r, as LoRA (the init is divided by s so s B0 A0 = M_r)
     init: str = "guardspace"  # "guardspace": r smallest preconditioned components; "lora": LoRA's init (ablation)
     projector: bool = True  # False: no null-space projector (ablation: CorDA knowledge-preserving init only)
@@ -61,10 +64,10 @@ class GuardSpaceConfig(AdapterConfig):
         return self.lora_alpha / self.r
 
 
-@register_adapter("guardspace")
 class GuardSpaceAdapter(Adapter):
     """Trainable A [r, in], B [out, r]; frozen A0 [r, in], B0 [out, r] (initial factors) and Q [k, in] (null basis)."""
 
+    method = "guardspace"
     config_class = GuardSpaceConfig
     needs_statistics = True
 
@@ -95,7 +98,7 @@ class GuardSpaceAdapter(Adapter):
                 f"statistics for {site.module_name} are {site.statistics.dim}-dimensional but the layer has "
                 f"{site.in_features} inputs; collect them at this module's input (forward pre-hook)"
             )
-        eig = protected_eigh(site.statistics.covariance())
+        eig = symmetric_eigh(site.statistics.covariance())
         dtype = site.base.weight.dtype
         if self.projector:
             basis = null_space_basis(eig, config.null_threshold)

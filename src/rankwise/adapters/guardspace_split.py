@@ -2,7 +2,8 @@
 protected input set (CorDA's knowledge-preserving split), and the null-space projector of the protected inputs.
 
 Layout is PyTorch's: `h = W x`, W [out, in]; C [in, in] is the uncentred second moment of the protected inputs
-(`SecondMoment.covariance()`, i.e. X X^T / N). Both functions share one eigendecomposition C = Q diag(lambda) Q^T.
+(`SecondMoment.covariance()`, i.e. X X^T / N). Both functions share one eigendecomposition C = Q diag(lambda) Q^T
+(`rankwise.core.linalg.symmetric_eigh`); the diagonal loading below is `core.linalg.damped_spectrum` on it.
 
 Split. With C_delta = C + delta * mean(diag C) * I and SVD(W C_delta) = U S V^T (S descending),
     W = U S (V^T C_delta^{-1})        exactly, for any delta > 0.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rankwise.core.linalg import damped_spectrum
 from rankwise.errors import InvalidInputError, NumericalError
 
 RECONSTRUCTION_TOL = 1e-8  # relative ||W_hat - W|| / ||W|| (float64) that counts as "stable" diagonal loading
@@ -45,23 +47,10 @@ class GuardedSplit:
     reconstruction_error: float
 
 
-def protected_eigh(covariance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eigenvalues [d] (ascending) and eigenvectors [d, d] (columns) of the symmetrised float64 covariance."""
-    if covariance.dim() != 2 or covariance.size(0) != covariance.size(1):
-        raise InvalidInputError(f"the protected covariance must be square [in, in], got {tuple(covariance.shape)}")
-    c = covariance.double()
-    if not torch.isfinite(c).all():
-        raise NumericalError("the protected covariance has NaN or Inf entries; recollect the calibration statistics")
-    values, vectors = torch.linalg.eigh((c + c.T) / 2)
-    if values[-1] <= 0:
-        raise NumericalError("the protected covariance is zero: the protected inputs never reached this layer")
-    return values, vectors
-
-
 def guarded_split(
     weight: torch.Tensor, eig: tuple[torch.Tensor, torch.Tensor], r: int, damping: float = 1e-6, balanced: bool = True
 ) -> GuardedSplit:
-    """Split W [out, in] against the protected covariance given by `eig` (from `protected_eigh`).
+    """Split W [out, in] against the protected covariance given by `eig` (from `core.linalg.symmetric_eigh`).
 
     Adaptive diagonal loading: start at `damping` (relative to mean(diag C)) and multiply by 10 until the split
     reconstructs W to RECONSTRUCTION_TOL; NumericalError past MAX_DAMPING.
@@ -73,11 +62,10 @@ def guarded_split(
         raise InvalidInputError(f"GuardSpace rank r={r} must be in [1, {k}] for a {tuple(w.shape)} weight")
     if w.size(1) != values.numel():
         raise InvalidInputError(f"weight has {w.size(1)} inputs but the protected covariance is {values.numel()}-dimensional")
-    mean_diag = float(values.clamp_min(0).mean())  # = mean(diag C), the trace is invariant
     wq = w @ vectors  # W Q [out, in]
     delta = damping
     while True:
-        loaded = values.clamp_min(0) + delta * mean_diag  # eigenvalues of C_delta
+        loaded = damped_spectrum(values, delta)  # eigenvalues of C_delta
         # W C_delta = (W Q) diag(loaded) Q^T; its SVD, and V^T C_delta^{-1} = (V^T Q) diag(1/loaded) Q^T.
         u, s, vh = torch.linalg.svd((wq * loaded) @ vectors.T, full_matrices=False)
         vh_cinv = ((vh @ vectors) / loaded) @ vectors.T  # [k, in]

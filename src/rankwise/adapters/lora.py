@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rankwise.adapters.base import Adapter, AdapterSite, LoraFactors, register_adapter
+from rankwise.adapters.base import Adapter, AdapterSite, LoraFactors
 from rankwise.adapters.config import AdapterConfig
 from rankwise.adapters.spectral import top_singular
 from rankwise.errors import InvalidInputError
@@ -30,6 +30,8 @@ LORA_INITS = ("default", "gaussian", "pissa")
 
 @dataclass
 class LoraConfig(AdapterConfig):
+    method = "lora"  # its key in rankwise.adapters.types.ADAPTER_TYPES
+
     lora_alpha: float = 8.0
     lora_dropout: float = 0.0
     init: str = "default"  # one of LORA_INITS
@@ -47,10 +49,10 @@ class LoraConfig(AdapterConfig):
         return self.lora_alpha / (math.sqrt(self.r) if self.use_rslora else self.r)
 
 
-@register_adapter("lora")
 class LoraAdapter(Adapter):
     """A [r, in], B [out, r] trainable; for PiSSA also frozen A0, B0 (the initial factors)."""
 
+    method = "lora"
     config_class = LoraConfig
 
     def __init__(self, site: AdapterSite, config: LoraConfig, initialize: bool = True) -> None:

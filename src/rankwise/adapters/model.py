@@ -17,15 +17,18 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from rankwise.adapters.base import AdaptedLinear, Adapter, AdapterSite, SharedParameters, adapter_type
+from rankwise.adapters.base import AdaptedLinear, Adapter, AdapterSite, SharedParameters
 from rankwise.adapters.config import AdapterConfig, find_targets, layer_index, module_type
+from rankwise.adapters.peft_format import read_adapter_folder, save_adapter
+from rankwise.adapters.types import adapter_type
 from rankwise.core.calibration import SecondMoment
-from rankwise.errors import InvalidInputError, UnknownNameError
+from rankwise.errors import CorruptFileError, InvalidInputError, UnknownNameError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -241,10 +244,9 @@ class AdaptedModel(nn.Module):
                 state[f"shared/{full.split('/', 1)[1]}"] = p.detach()
         return state
 
-    def save(self, folder: str, adapter_name: str = "default", **kwargs: Any) -> None:
-        from rankwise.adapters.peft_format import save_adapter
-
-        save_adapter(self, folder, adapter_name, **kwargs)
+    def save(self, folder: str | Path, adapter_name: str = "default", **kwargs: Any) -> Path:
+        """Write adapter `adapter_name` as a PEFT folder (+ rankwise state); see `rankwise.adapters.peft_format`."""
+        return save_adapter(self, folder, adapter_name, **kwargs)
 
 
 class _LinearView(nn.Module):
@@ -279,3 +281,51 @@ def add_adapter(
                 p.requires_grad_(flag)
         raise
     return adapted
+
+
+def load_adapter(model: nn.Module, folder: str | Path, adapter_name: str = "default") -> AdaptedModel:
+    """Load a saved adapter onto `model` (a base model or an AdaptedModel); returns the AdaptedModel.
+
+    Reads our files when present (exact round trip, any registered method), else a plain PEFT LoRA folder. Raises
+    CorruptFileError for a damaged folder and InvalidInputError, naming the module, when the adapter was saved for a
+    model with different modules or shapes.
+    """
+    config, state, modules = read_adapter_folder(folder)
+    adapted = model if isinstance(model, AdaptedModel) else AdaptedModel(model)
+    _check_modules(adapted, modules, state)
+    adapted.add_adapter(adapter_name, config, initialize=False, modules=modules)
+    _fill(adapted, adapter_name, state)
+    return adapted
+
+
+def _check_modules(adapted: AdaptedModel, modules: list[str], state: dict[str, torch.Tensor]) -> None:
+    """Every saved module must be a linear layer here (shapes are checked tensor by tensor in `_fill`)."""
+    if not modules:
+        raise CorruptFileError("the saved adapter lists no modules")
+    layers = dict(adapted._unwrapped_view().named_modules())
+    for name in modules:
+        if not isinstance(layers.get(name), nn.Linear):
+            raise InvalidInputError(f"the adapter was saved for a different model: it adapts {name!r}, which is not a linear layer of this model")
+
+
+def _fill(adapted: AdaptedModel, adapter_name: str, state: dict[str, torch.Tensor]) -> None:
+    for module, adapter in adapted.adapters_of(adapter_name).items():
+        adapter.prepare_load({k[len(module) + 1 :]: v for k, v in state.items() if k.startswith(module + ".")})
+    expected = adapted.adapter_state(adapter_name)
+    missing = sorted(set(expected) - set(state))
+    extra = sorted(set(state) - set(expected))
+    if missing or extra:
+        adapted.delete_adapter(adapter_name)
+        raise CorruptFileError(f"saved adapter tensors do not match the adapter: missing {missing[:3]}, unexpected {extra[:3]}")
+    for key, target in expected.items():
+        value = state[key]
+        if value.shape != target.shape:
+            adapted.delete_adapter(adapter_name)
+            module = key.rsplit(".", 1)[0] if not key.startswith("shared/") else key
+            raise InvalidInputError(
+                f"the adapter was saved for a different model: {key} has shape {tuple(value.shape)}, "
+                f"but {module} here needs {tuple(target.shape)}"
+            )
+    with torch.no_grad():
+        for key, target in expected.items():
+            target.copy_(state[key].to(target.dtype))

@@ -8,8 +8,10 @@ A saved folder holds:
   rankwise_adapter.safetensors     every tensor of the adapter (trainable and frozen: PiCa's projectors, PiSSA's
                                    initial factors, ...), so our loader round-trips exactly
   rankwise-manifest.json           sizes and SHA-256s: a truncated or altered folder is detected before loading
-`peft.PeftModel.from_pretrained(base, folder)` reads the first two and computes the same outputs. `load_adapter`
-reads ours, or a plain PEFT LoRA folder written by peft itself.
+`peft.PeftModel.from_pretrained(base, folder)` reads the first two and computes the same outputs.
+`read_adapter_folder` reads ours, or a plain PEFT LoRA folder written by peft itself; `rankwise.adapters.model.
+load_adapter` puts what it read onto a model. This module does not import `model.py` (which imports it to save):
+the writer takes any object with the `AdaptedModel` methods it uses.
 """
 
 from __future__ import annotations
@@ -18,24 +20,23 @@ import re
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
-from torch import nn
 
-from rankwise.adapters.base import adapter_type
+from rankwise.adapters.base import Adapter
+from rankwise.adapters.config import AdapterConfig
 from rankwise.adapters.lora import LoraConfig
-from rankwise.adapters.model import AdaptedModel
+from rankwise.adapters.types import adapter_type
 from rankwise.core.io import (
     MANIFEST_NAME,
-    atomic_dir,
     load_tensors,
     read_json,
     read_versioned_config,
+    save_model_folder,
     save_tensors_atomic,
     verify_manifest,
     write_json_atomic,
-    write_manifest,
     write_versioned_config,
 )
 from rankwise.errors import CorruptFileError, InvalidInputError
@@ -60,15 +61,24 @@ _PEFT_KEYS_IGNORED = {
 }
 
 
-def save_adapter(model: AdaptedModel, folder: str | Path, adapter_name: str = "default", base_model_name_or_path: str | None = None) -> Path:
+class AdapterHolder(Protocol):
+    """What the writer needs of a model with adapters (an `AdaptedModel`)."""
+
+    configs: dict[str, AdapterConfig]
+
+    def adapters_of(self, name: str) -> dict[str, Adapter]: ...
+    def adapter_state(self, name: str) -> dict[str, torch.Tensor]: ...
+
+
+def save_adapter(model: AdapterHolder, folder: str | Path, adapter_name: str = "default", base_model_name_or_path: str | None = None) -> Path:
     """Write adapter `adapter_name` of `model` to `folder` (replaced atomically). Returns the folder."""
     config = model.configs.get(adapter_name)
     if config is None:
         raise InvalidInputError(f"no adapter named {adapter_name!r} to save; this model has {sorted(model.configs)}")
     adapters = model.adapters_of(adapter_name)
     factors = {name: a.lora_factors() for name, a in adapters.items()}
-    folder = Path(folder)
-    with atomic_dir(folder) as tmp:
+
+    def write(tmp: Path) -> None:  # PEFT's two files at the top level, as peft writes them; ours beside them
         if all(f is not None for f in factors.values()):
             write_json_atomic(tmp / PEFT_CONFIG, _peft_config(factors, base_model_name_or_path))
             tensors: dict[str, torch.Tensor] = {}
@@ -78,8 +88,8 @@ def save_adapter(model: AdaptedModel, folder: str | Path, adapter_name: str = "d
             save_tensors_atomic(tmp / PEFT_WEIGHTS, tensors, metadata={"format": "pt"})
         write_versioned_config(tmp / OUR_CONFIG, CONFIG_KIND, CONFIG_VERSION, {"config": config.to_dict(), "modules": list(adapters)})
         save_tensors_atomic(tmp / OUR_WEIGHTS, model.adapter_state(adapter_name), metadata={"format": "pt"})
-        write_manifest(tmp)
-    return folder
+
+    return save_model_folder(folder, write)
 
 
 def _peft_config(factors: dict[str, Any], base_model_name_or_path: str | None) -> dict[str, Any]:
@@ -108,70 +118,28 @@ def _peft_config(factors: dict[str, Any], base_model_name_or_path: str | None) -
     }
 
 
-def load_adapter(model: nn.Module, folder: str | Path, adapter_name: str = "default") -> AdaptedModel:
-    """Load a saved adapter onto `model` (a base model or an AdaptedModel); returns the AdaptedModel.
+def read_adapter_folder(folder: str | Path) -> tuple[AdapterConfig, dict[str, torch.Tensor], list[str]]:
+    """The adapter saved in `folder`: (its config, its tensors by `<module>.<tensor>` / `shared/<key>`, its modules).
 
-    Reads our files when present (exact round trip, any registered method), else a plain PEFT LoRA folder. Raises
-    CorruptFileError for a damaged folder and InvalidInputError, naming the module, when the adapter was saved for a
-    model with different modules or shapes.
+    Reads our files when present (any known method), else a plain PEFT LoRA folder. Raises CorruptFileError for a
+    damaged folder, InvalidInputError for one that is not an adapter folder.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise InvalidInputError(f"{folder} is not a folder with a saved adapter")
     if (folder / MANIFEST_NAME).is_file():
         verify_manifest(folder)
-    adapted = model if isinstance(model, AdaptedModel) else AdaptedModel(model)
     if (folder / OUR_CONFIG).is_file():
         saved = read_versioned_config(folder / OUR_CONFIG, CONFIG_KIND, CONFIG_VERSION)
         unknown = sorted(set(saved) - {"kind", "version", "config", "modules"})
         if unknown:
-            warnings.warn(f"{folder / OUR_CONFIG}: ignoring unknown key(s) {unknown}", stacklevel=2)
+            warnings.warn(f"{folder / OUR_CONFIG}: ignoring unknown key(s) {unknown}", stacklevel=3)
         fields = dict(saved.get("config") or {})
         cls = adapter_type(str(fields.pop("method", "")))
-        config = cls.config_class.from_dict(fields)
-        state = load_tensors(folder / OUR_WEIGHTS)
-        modules = list(saved.get("modules") or [])
-    elif (folder / PEFT_CONFIG).is_file():
-        config, state, modules = _from_peft_folder(folder)
-    else:
-        raise CorruptFileError(f"{folder} has neither {OUR_CONFIG} nor {PEFT_CONFIG}: not a saved adapter")
-    _check_modules(adapted, modules, state)
-    adapted.add_adapter(adapter_name, config, initialize=False, modules=modules)
-    _fill(adapted, adapter_name, state)
-    return adapted
-
-
-def _check_modules(adapted: AdaptedModel, modules: list[str], state: dict[str, torch.Tensor]) -> None:
-    """Every saved module must be a linear layer here (shapes are checked tensor by tensor in `_fill`)."""
-    if not modules:
-        raise CorruptFileError("the saved adapter lists no modules")
-    layers = dict(adapted._unwrapped_view().named_modules())
-    for name in modules:
-        if not isinstance(layers.get(name), nn.Linear):
-            raise InvalidInputError(f"the adapter was saved for a different model: it adapts {name!r}, which is not a linear layer of this model")
-
-
-def _fill(adapted: AdaptedModel, adapter_name: str, state: dict[str, torch.Tensor]) -> None:
-    for module, adapter in adapted.adapters_of(adapter_name).items():
-        adapter.prepare_load({k[len(module) + 1 :]: v for k, v in state.items() if k.startswith(module + ".")})
-    expected = adapted.adapter_state(adapter_name)
-    missing = sorted(set(expected) - set(state))
-    extra = sorted(set(state) - set(expected))
-    if missing or extra:
-        adapted.delete_adapter(adapter_name)
-        raise CorruptFileError(f"saved adapter tensors do not match the adapter: missing {missing[:3]}, unexpected {extra[:3]}")
-    for key, target in expected.items():
-        value = state[key]
-        if value.shape != target.shape:
-            adapted.delete_adapter(adapter_name)
-            module = key.rsplit(".", 1)[0] if not key.startswith("shared/") else key
-            raise InvalidInputError(
-                f"the adapter was saved for a different model: {key} has shape {tuple(value.shape)}, "
-                f"but {module} here needs {tuple(target.shape)}"
-            )
-    with torch.no_grad():
-        for key, target in expected.items():
-            target.copy_(state[key].to(target.dtype))
+        return cls.config_class.from_dict(fields), load_tensors(folder / OUR_WEIGHTS), list(saved.get("modules") or [])
+    if (folder / PEFT_CONFIG).is_file():
+        return _from_peft_folder(folder)
+    raise CorruptFileError(f"{folder} has neither {OUR_CONFIG} nor {PEFT_CONFIG}: not a saved adapter")
 
 
 def _from_peft_folder(folder: Path) -> tuple[LoraConfig, dict[str, torch.Tensor], list[str]]:
@@ -181,7 +149,7 @@ def _from_peft_folder(folder: Path) -> tuple[LoraConfig, dict[str, torch.Tensor]
         raise InvalidInputError(f"{folder / PEFT_CONFIG} is not a LoRA adapter (peft_type={cfg.get('peft_type') if isinstance(cfg, dict) else None!r})")
     unknown = sorted(set(cfg) - _PEFT_KEYS_IGNORED)
     if unknown:
-        warnings.warn(f"{folder / PEFT_CONFIG}: ignoring unknown key(s) {unknown}", stacklevel=3)
+        warnings.warn(f"{folder / PEFT_CONFIG}: ignoring unknown key(s) {unknown}", stacklevel=4)
     if cfg.get("use_dora") or cfg.get("rank_pattern") or cfg.get("alpha_pattern") or cfg.get("lora_bias"):
         raise InvalidInputError(f"{folder}: DoRA, lora_bias and per-module rank/alpha patterns are not supported by this loader")
     tensors = load_tensors(folder / PEFT_WEIGHTS)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from rankwise.adapters.base import Adapter, AdapterSite, LoraFactors, register_adapter
+from rankwise.adapters.base import Adapter, AdapterSite, LoraFactors
 from rankwise.adapters.config import AdapterConfig
 from rankwise.adapters.spectral import top_singular
 from rankwise.errors import InvalidInputError
@@ -29,6 +29,8 @@ PICA_SUBSPACES = ("principal", "random")
 
 @dataclass
 class PicaConfig(AdapterConfig):
+    method = "pica"  # its key in rankwise.adapters.types.ADAPTER_TYPES
+
     share: bool = True  # one M per module type (the method); False: one per layer (ablation)
     subspace: str = "principal"  # "principal": top-r right singular vectors of W; "random": random orthonormal
     seed: int = 0  # for subspace="random"
@@ -39,10 +41,10 @@ class PicaConfig(AdapterConfig):
             raise InvalidInputError(f"PiCa subspace must be one of {PICA_SUBSPACES}, got {self.subspace!r}")
 
 
-@register_adapter("pica")
 class PicaAdapter(Adapter):
     """Buffer P [r, in] (frozen, per layer); parameter M [out, r] (trainable, shared per module type)."""
 
+    method = "pica"
     config_class = PicaConfig
 
     def __init__(self, site: AdapterSite, config: PicaConfig, initialize: bool = True) -> None:

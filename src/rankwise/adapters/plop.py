@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rankwise.adapters.config import layer_index, module_type
-from rankwise.core.progress import progress
+from rankwise.core.calibration import module_input_rows, run_with_input_hooks
 from rankwise.errors import InvalidInputError
 
 
@@ -150,38 +150,27 @@ def nfn_scores_for_seeds(
     if missing:
         raise InvalidInputError(f"not linear modules of this model: {missing[:3]}")
     per_batch: dict[int, dict[str, list[float]]] = {sd: {n: [] for n in names} for sd in seeds}
-    state: dict[str, torch.Tensor | int | None] = {"mask": None, "batch": 0}
+    masks = [batch.get("attention_mask") if isinstance(batch, dict) else None for batch in batches]
 
-    def hook_for(name: str):
-        def hook(module: nn.Linear, inputs: tuple, output: torch.Tensor) -> None:
-            z = inputs[0].reshape(-1, inputs[0].size(-1))
-            wz = output.reshape(-1, output.size(-1))
-            if module.bias is not None:
-                wz = wz - module.bias  # NFN is about W z: the bias is not part of the feature
-            mask = state["mask"]
-            if mask is not None:
-                rows = mask.reshape(-1).bool()
-                z, wz = z[rows], wz[rows]
-            for sd in seeds:
-                gen = torch.Generator().manual_seed((sd * 1_000_003 + zlib.crc32(name.encode()) * 131 + int(state["batch"])) % 2**63)
-                actual, random = nfn_parts(module.weight, z, gen, wz=wz, random_rows=random_rows)
-                per_batch[sd][name].append(actual / random)
+    def score(name: str, module: nn.Linear, x: torch.Tensor, output: torch.Tensor, index: int) -> None:
+        z, wz = module_input_rows(x), module_input_rows(output)
+        if module.bias is not None:
+            wz = wz - module.bias  # NFN is about W z: the bias is not part of the feature
+        if masks[index] is not None:
+            rows = masks[index].reshape(-1).bool()
+            z, wz = z[rows], wz[rows]
+        for sd in seeds:
+            gen = torch.Generator().manual_seed((sd * 1_000_003 + zlib.crc32(name.encode()) * 131 + index) % 2**63)
+            actual, random = nfn_parts(module.weight, z, gen, wz=wz, random_rows=random_rows)
+            per_batch[sd][name].append(actual / random)
 
-        return hook
-
-    handles = [table[n].register_forward_hook(hook_for(n)) for n in names]
     backbone = getattr(model, "base_model", model)  # transformers: skip the LM head, which PLoP does not score
-    was_training = model.training
-    model.eval()
-    try:
-        for i, batch in enumerate(progress(batches, desc=desc)):
-            ids, mask = (batch["input_ids"], batch.get("attention_mask")) if isinstance(batch, dict) else (batch, None)
-            state["mask"], state["batch"] = mask, i
-            backbone(input_ids=ids, attention_mask=mask) if mask is not None else backbone(input_ids=ids)
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
+
+    def forward(batch) -> None:
+        ids, mask = (batch["input_ids"], batch.get("attention_mask")) if isinstance(batch, dict) else (batch, None)
+        backbone(input_ids=ids, attention_mask=mask) if mask is not None else backbone(input_ids=ids)
+
+    run_with_input_hooks(model, names, batches, score, forward=forward, desc=desc)
     members: dict[str, list[str]] = {}
     for n in names:
         members.setdefault(module_type(n), []).append(n)
@@ -258,32 +247,3 @@ def rank_for_budget(model: nn.Module, targets: list[str] | str, budget: int, lay
     """The LoRA rank whose trainable-parameter count on `targets` is closest to `budget` (at least 1)."""
     per_rank = lora_parameters_per_rank(model, targets, layers)
     return max(1, round(budget / per_rank))
-
-
-PLACEMENT_TASKS = ("wiki-lm", "wiki-topics")
-
-
-def task_batches(tokenizer, task: str, examples: int = 64, seq_len: int = 64, batch_size: int = 16) -> list[dict[str, torch.Tensor]]:
-    """Task inputs for NFN scoring: `wiki-lm` windows of the train split, or `wiki-topics` texts (truncated to
-    `seq_len` tokens, right-padded per batch with an attention mask). -> batches of input_ids / attention_mask [B, T]."""
-    from rankwise.data import token_windows, topic_task
-
-    if task not in PLACEMENT_TASKS:
-        raise InvalidInputError(f"unknown placement task {task!r}; choose one of {PLACEMENT_TASKS}")
-    if examples < 1 or batch_size < 1 or seq_len < 2:
-        raise InvalidInputError("examples and batch_size must be >= 1 and seq_len >= 2")
-    if task == "wiki-lm":
-        windows = token_windows(tokenizer, "train", seq_len, examples)
-        return [{"input_ids": w, "attention_mask": torch.ones_like(w)} for w in windows.split(batch_size)]
-    texts = topic_task("train", examples).texts
-    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
-    out = []
-    for start in range(0, len(texts), batch_size):
-        ids = tokenizer(texts[start : start + batch_size], truncation=True, max_length=seq_len)["input_ids"]
-        width = max(len(s) for s in ids)
-        batch = torch.full((len(ids), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for i, s in enumerate(ids):
-            batch[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), 1
-        out.append({"input_ids": batch, "attention_mask": mask})
-    return out

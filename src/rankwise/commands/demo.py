@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import time
 
 import torch
@@ -20,13 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import rankwise.demos
     from rankwise.core.seed import set_seed
     from rankwise.data import token_windows
     from rankwise.demos import DemoContext
     from rankwise.eval import config_kv_bytes_per_token, measured_kv_bytes_per_token, perplexity
     from rankwise.models import load_model
-    from rankwise.registry import METHODS
+    from rankwise.registry import METHODS, STATUSES, demo_headlines
 
     start = time.perf_counter()
     set_seed(0)
@@ -50,13 +47,11 @@ def run(args: argparse.Namespace) -> int:
           f"(config predicts {config_kv_bytes_per_token(model.config):,} in fp32)")
 
     ctx = DemoContext(model, tokenizer, windows, ppl.perplexity, token_windows(tokenizer, "calibration", DEMO_SEQ_LEN, 8))
-    for info in sorted(pkgutil.iter_modules(rankwise.demos.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"rankwise.demos.{info.name}")
-        if hasattr(module, "headline"):
-            print()
-            module.headline(ctx)
+    for _, headline in demo_headlines():  # one per method whose record names a demo, in catalogue order
+        print()
+        headline(ctx)
 
-    counts = {s: sum(m.status == s for m in METHODS) for s in ("planned", "implemented", "reproduced")}
+    counts = {s: sum(m.status == s for m in METHODS) for s in STATUSES}
     print(f"\ncatalogue: {len(METHODS)} methods ({', '.join(f'{n} {s}' for s, n in counts.items())}); `rankwise list` for details")
     print(f"demo finished in {time.perf_counter() - start:.0f} s")
     return 0

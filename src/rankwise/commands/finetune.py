@@ -8,6 +8,9 @@ or a low-rank-state optimizer (`--optimizer lora-pre --optimizer-rank 8`), and w
   head.safetensors the classification head (classification tasks only)
   metrics.json     parameter counts, final evaluation, loss history
   checkpoint/      the last training checkpoint; rerunning the same command resumes from it
+
+Under torchrun (`torchrun --nproc_per_node 2 -m rankwise.cli finetune ...`) every process trains a slice of each
+batch (DDP, gloo on the CPU; --batch-size stays the global batch) and only rank 0 writes DIR; see docs/training.md.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ FULL = "full"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from rankwise.training.methods import available_methods
+    from rankwise.adapters import available_methods
     from rankwise.training.optimizers import OPTIMIZERS
 
     p = sub.add_parser("finetune", help="fine-tune an embedded model with an adapter method (LoRA, PiCa, ...)")
@@ -50,7 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (1 is often fastest on a busy machine)")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint in --out")
     p.set_defaults(func=run)
 
@@ -71,17 +73,15 @@ def parse_options(items: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from rankwise.adapters import adapter_type
-    from rankwise.core.io import atomic_dir, save_tensors_atomic, write_json_atomic
-    from rankwise.core.progress import say
+    from rankwise.adapters import adapt, adapter_type
+    from rankwise.core.io import save_model_folder, save_tensors_atomic, write_json_atomic
+    from rankwise.core.progress import say, set_quiet
     from rankwise.core.seed import set_seed
     from rankwise.data import token_windows
     from rankwise.errors import InvalidInputError
     from rankwise.models import load_model
     from rankwise.optim import optimizer_state_bytes
-    from rankwise.training import LanguageModelingTask, TrainConfig, adapt, summary, topic_classification, train
+    from rankwise.training import LanguageModelingTask, TrainConfig, distributed, summary, topic_classification, train
     from rankwise.training.optimizers import optimizer_factory
 
     if args.targets and args.targets_regex:
@@ -93,52 +93,62 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--method {args.method} needs --rank")
     make_optimizer = optimizer_factory(args.optimizer, args.optimizer_rank)
     out = Path(args.out)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise InvalidInputError(f"--threads must be at least 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    owns_group = not distributed.is_initialized()
+    distributed.init_distributed()  # under torchrun: join the group (train() would too), so rank 0 can go first
+    main = distributed.is_main_process()
+    if not main:
+        set_quiet(True)  # one log, one set of progress bars: rank 0's
     set_seed(args.seed)
-    model, tokenizer = load_model(args.model)
-    if args.task == "wiki-lm":
-        if not hasattr(model, "lm_head"):
-            raise InvalidInputError(f"--task wiki-lm needs a causal language model (e.g. smollm2-135m), not {args.model}")
-        task = LanguageModelingTask.from_wiki(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
-    else:
-        task = topic_classification(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
-    if full:
-        adapted = model.requires_grad_(True)
-        say(f"full fine-tuning of {args.model}: {sum(p.numel() for p in model.parameters()):,} parameters")
-    else:
-        targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else None)
-        # Calibration data (disjoint from train and eval) only for methods that build from input statistics.
-        needs = adapter_type(args.method).needs_statistics
-        calibration = list(token_windows(tokenizer, "calibration", args.seq_len, 32).split(8)) if needs else None
-        adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **parse_options(args.option))
-        say(f"{args.method} r={args.rank} on {args.model}: {adapted.count_parameters()}")
-    module = task.wrap(adapted)
+    with distributed.main_process_first():  # rank 0 builds the caches (model, tokens, statistics), the others read them
+        model, tokenizer = load_model(args.model)
+        if args.task == "wiki-lm":
+            if not hasattr(model, "lm_head"):
+                raise InvalidInputError(f"--task wiki-lm needs a causal language model (e.g. smollm2-135m), not {args.model}")
+            task = LanguageModelingTask.from_wiki(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
+        else:
+            task = topic_classification(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
+        if full:
+            adapted = model.requires_grad_(True)
+            say(f"full fine-tuning of {args.model}: {sum(p.numel() for p in model.parameters()):,} parameters")
+        else:
+            targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else None)
+            # Calibration data (disjoint from train and eval) only for methods that build from input statistics.
+            needs = adapter_type(args.method).needs_statistics
+            calibration = list(token_windows(tokenizer, "calibration", args.seq_len, 32).split(8)) if needs else None
+            adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **parse_options(args.option))
+            say(f"{args.method} r={args.rank} on {args.model}: {adapted.count_parameters()}")
+        module = task.wrap(adapted)
     config = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
     )
     result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer)
-    if full:
-        with atomic_dir(out / "model") as tmp:  # model + tokenizer: load_model(DIR/model) reloads it
-            adapted.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-        what, adapter_params = "model", None
+    adapter_params = None if full else adapted.count_parameters().trainable
+    what = "model" if full else f"{adapter_params:,} adapter parameters"
+    if main:  # every rank holds the same trained weights; one writes them
+        if full:
+
+            def write_model(tmp: Path) -> None:  # model + tokenizer: load_model(DIR/model) reloads it
+                adapted.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+
+            save_model_folder(out / "model", write_model)
+        else:
+            adapted.save(out / "adapter", base_model_name_or_path=args.model)
+        if module is not adapted:
+            save_tensors_atomic(out / "head.safetensors", {k: v for k, v in module.head.state_dict().items()})
+        trainable_total = sum(p.numel() for p in module.parameters() if p.requires_grad)
+        write_json_atomic(out / "metrics.json", {
+            "model": args.model, "task": args.task, "method": args.method, "rank": args.rank,
+            "optimizer": args.optimizer, "optimizer_rank": args.optimizer_rank, "optimizer_state_bytes": optimizer_state_bytes(result.optimizer),
+            "adapter_parameters": adapter_params, "trainable_parameters": trainable_total, **summary(result),
+        })
+        metric = task.metric
+        label = "full" if full else f"{args.method} r={args.rank}"
+        ranks = f" on {result.world_size} processes" if result.world_size > 1 else ""
+        print(f"{label} ({args.optimizer}): {metric} {result.final[metric]:.4f} after {result.steps} steps{ranks} ({what}); wrote {out}")
+    if owns_group:
+        distributed.shutdown()  # waits for rank 0's writes, then closes the group this command opened
     else:
-        adapted.save(out / "adapter", base_model_name_or_path=args.model)
-        adapter_params = adapted.count_parameters().trainable
-        what = f"{adapter_params:,} adapter parameters"
-    if module is not adapted:
-        save_tensors_atomic(out / "head.safetensors", {k: v for k, v in module.head.state_dict().items()})
-    trainable_total = sum(p.numel() for p in module.parameters() if p.requires_grad)
-    write_json_atomic(out / "metrics.json", {
-        "model": args.model, "task": args.task, "method": args.method, "rank": args.rank,
-        "optimizer": args.optimizer, "optimizer_rank": args.optimizer_rank, "optimizer_state_bytes": optimizer_state_bytes(result.optimizer),
-        "adapter_parameters": adapter_params, "trainable_parameters": trainable_total, **summary(result),
-    })
-    metric = task.metric
-    label = "full" if full else f"{args.method} r={args.rank}"
-    print(f"{label} ({args.optimizer}): {metric} {result.final[metric]:.4f} after {result.steps} steps ({what}); wrote {out}")
+        distributed.barrier()
     return 0

@@ -1,4 +1,4 @@
-"""`rankwise list`: the method catalogue with computed statuses."""
+"""`rankwise list`: the method catalogue with computed statuses, read from the registry."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import argparse
 
 from rankwise.core.io import write_text_atomic
 from rankwise.errors import RankwiseError
-from rankwise.registry import METHODS, markdown_table, readme_with_table, repo_root
+from rankwise.registry import METHODS, STATUSES, markdown_table, readme_with_table, repo_root
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", help="the catalogue of methods and their status")
     p.add_argument("--markdown", action="store_true", help="print the README's method table")
     p.add_argument("--update-readme", action="store_true", help="rewrite the method table in the checkout's README.md")
+    p.add_argument("--experiments", action="store_true", help="also list each method's experiments (`rankwise repro SLUG:EXPERIMENT`)")
     p.set_defaults(func=run)
 
 
@@ -29,9 +30,13 @@ def run(args: argparse.Namespace) -> int:
         print(markdown_table())
         return 0
     width = max(len(m.slug) for m in METHODS)
-    print(f"{'slug':<{width}}  {'family':<10}  {'status':<11}  claims      paper")
+    print(f"{'slug':<{width}}  {'family':<10}  {'status':<11}  paper")
     for m in METHODS:
-        print(f"{m.slug:<{width}}  {m.family:<10}  {m.status:<11}  {m.claims_summary():<10}  {m.title}")
-    counts = {s: sum(m.status == s for m in METHODS) for s in ("planned", "implemented", "reproduced")}
+        print(f"{m.slug:<{width}}  {m.family:<10}  {m.status:<11}  {m.title}")
+        for e in m.experiments:
+            verdicts = m.claims_summary(e.name) or "no full report"
+            if args.experiments or e.name == "main":
+                print(f"{'':<{width}}  {'':<10}  {'':<11}  - {m.slug}:{e.name}: {verdicts}" + (f" ({e.summary})" if args.experiments else ""))
+    counts = {s: sum(m.status == s for m in METHODS) for s in STATUSES}
     print(f"\n{len(METHODS)} methods: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     return 0

@@ -22,10 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankwise.adapters.plop import nfn_scores, plop_targets, task_batches, type_label
+    from rankwise.adapters import top_layers
+    from rankwise.adapters.plop import nfn_scores, plop_targets, type_label
     from rankwise.core.io import write_json_atomic
+    from rankwise.data.batches import task_batches
     from rankwise.models import load_model
-    from rankwise.training import top_layers
 
     model, tokenizer = load_model(args.model)
     batches = task_batches(tokenizer, args.task, args.examples, args.seq_len, args.batch_size)

@@ -1,5 +1,8 @@
 """The shared calibration pipeline: data -> forward hooks on named modules -> float64 uncentred second moments.
 
+`run_with_input_hooks` is the one place hooks are registered on named modules during a pass over batches (and
+removed again, also on error); `collect_second_moments` and PLoP's NFN scoring are built on it.
+
 For each hooked module we accumulate S = sum_t x_t x_t^T over every token's input row x_t (float64, uncentred) and
 the row count n. Damping is applied on use (`SecondMoment.covariance`), never baked into what is stored, so one
 cached collection serves every damping setting. Results are cached on disk under a key of model fingerprint, data
@@ -9,8 +12,10 @@ and settings; a corrupt cache file is detected and recomputed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,9 +47,74 @@ class SecondMoment:
         return c
 
 
-def module_input_rows(inputs: tuple) -> torch.Tensor:
-    x = inputs[0]
+def module_input_rows(x: torch.Tensor) -> torch.Tensor:
+    """A module input [..., d] as rows [N, d]: one row per token."""
     return x.reshape(-1, x.size(-1))
+
+
+OnInput = Callable[[str, nn.Module, torch.Tensor, Any, int], None]
+"""on_input(name, module, x, output, batch_index): x is the module's first input [..., d], output what it returned."""
+
+
+def _named(model: nn.Module, module_names: Sequence[str]) -> dict[str, nn.Module]:
+    modules = dict(model.named_modules())
+    missing = [n for n in module_names if n not in modules]
+    if missing:
+        raise InvalidInputError(f"no module named {missing[:3]} in the model (e.g. {list(modules)[1:4]})")
+    return {n: modules[n] for n in module_names}
+
+
+@contextmanager
+def input_hooks(model: nn.Module, module_names: Sequence[str], on_input: Callable[[str, nn.Module, torch.Tensor, Any], None]) -> Iterator[None]:
+    """Within the block, every forward of a named module calls `on_input(name, module, x, output)`; the hooks are
+    removed on leaving it, whether the block finished or raised."""
+    modules = _named(model, module_names)
+    handles = []
+    try:
+        for name, module in modules.items():
+            handles.append(module.register_forward_hook(lambda m, inputs, output, name=name: on_input(name, m, inputs[0], output)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def default_forward(model: nn.Module) -> Callable[[Any], Any]:
+    """How a batch is fed: a dict as keyword arguments, token ids [B, T] as `input_ids` (transformers models)."""
+    def forward(batch):
+        if isinstance(batch, dict):
+            return model(**batch)
+        return model(input_ids=batch) if hasattr(model, "config") else model(batch)
+
+    return forward
+
+
+@torch.no_grad()
+def run_with_input_hooks(
+    model: nn.Module,
+    module_names: Sequence[str],
+    batches: Iterable[Any],
+    on_input: OnInput,
+    *,
+    forward: Callable[[Any], Any] | None = None,
+    desc: str = "calibration",
+) -> None:
+    """Run `model` (in eval mode, without grad) over `batches`, calling `on_input(name, module, x, output, i)` for
+    each named module's forward during batch i. `forward(batch)` runs one batch (default: `default_forward(model)`;
+    it may call a part of `model`, e.g. the backbone without the LM head). Hooks and the training flag are restored
+    afterwards, also on error. Raises InvalidInputError for unknown module names.
+    """
+    run = forward or default_forward(model)
+    current = {"batch": 0}
+    was_training = model.training
+    with input_hooks(model, module_names, lambda name, m, x, out: on_input(name, m, x, out, current["batch"])):
+        model.eval()
+        try:
+            for i, batch in enumerate(progress(batches, desc=desc)):
+                current["batch"] = i
+                run(batch)
+        finally:
+            model.train(was_training)
 
 
 def model_fingerprint(model: nn.Module) -> str:
@@ -86,10 +156,7 @@ def collect_second_moments(
     batches = list(batches)
     if not batches:
         raise InvalidInputError("the calibration set is empty: pass at least one batch of token ids")
-    modules = dict(model.named_modules())
-    missing = [n for n in module_names if n not in modules]
-    if missing:
-        raise InvalidInputError(f"no module named {missing[:3]} in the model (e.g. {list(modules)[1:4]})")
+    _named(model, module_names)
     if not module_names:
         raise InvalidInputError("no modules to calibrate")
 
@@ -104,26 +171,14 @@ def collect_second_moments(
     sums: dict[str, torch.Tensor] = {}
     rows: dict[str, int] = {n: 0 for n in module_names}
 
-    def hook_for(name: str):
-        def hook(_module: nn.Module, inputs: tuple) -> None:
-            x = module_input_rows(inputs).double()
-            if not torch.isfinite(x).all():
-                raise NumericalError(f"non-finite activation entering {name} during calibration")
-            sums[name] = sums[name] + x.T @ x if name in sums else x.T @ x
-            rows[name] += x.size(0)
+    def accumulate(name: str, _module: nn.Module, inputs: torch.Tensor, _output, _batch: int) -> None:
+        x = module_input_rows(inputs).double()
+        if not torch.isfinite(x).all():
+            raise NumericalError(f"non-finite activation entering {name} during calibration")
+        sums[name] = sums[name] + x.T @ x if name in sums else x.T @ x
+        rows[name] += x.size(0)
 
-        return hook
-
-    handles = [modules[n].register_forward_pre_hook(hook_for(n)) for n in module_names]
-    was_training = model.training
-    model.eval()
-    try:
-        for batch in progress(batches, desc=desc):
-            model(input_ids=batch) if hasattr(model, "config") else model(batch)
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
+    run_with_input_hooks(model, module_names, batches, accumulate, desc=desc)
 
     too_few = {n: r for n, r in rows.items() if r < min_rows}
     if too_few:

@@ -3,6 +3,11 @@
 A write goes to a temporary file in the destination folder and is renamed into place, so a reader sees either the
 old file or the complete new one, never a partial one. Folders of several files carry a manifest with each file's
 size and SHA-256; `verify_manifest` detects truncation and corruption before anything is loaded.
+
+Every model folder rankwise writes (conversions, quantized models, exports, fine-tuned models, adapters, caches,
+checkpoints) goes through `save_model_folder`: a writer callback fills a temporary folder, the manifest is added,
+and the folder is renamed into place. An existing folder is replaced only when everything in it is a file rankwise
+wrote (listed in its manifest) or it is empty: a write never deletes what the program did not write.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from rankwise.errors import CorruptFileError
+from rankwise.errors import CorruptFileError, InvalidInputError
 
 MANIFEST_NAME = "rankwise-manifest.json"
 
@@ -44,15 +49,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside `path`; on success it replaces `path` whole, on failure it is removed."""
+    """Yield a temporary folder beside `path`; on success it replaces `path` whole, on failure it is removed.
+
+    An existing `path` must be empty or a folder rankwise wrote, holding only files its manifest lists (checked
+    before and again right after the writer runs); anything else raises InvalidInputError and nothing is deleted.
+    """
     path = Path(path)
+    _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        _check_replaceable(path)
         if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+            # A fresh (empty) name to park the old folder under: rename onto an empty folder is atomic on POSIX.
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
             os.replace(path, old)
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
@@ -61,6 +72,58 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_replaceable(path: Path) -> None:
+    """Refuse to replace anything but nothing, an empty folder, or a folder whose every file our manifest lists."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_dir():
+        raise InvalidInputError(f"{path} exists and is not a folder: rankwise writes a folder there; remove it or choose another path")
+    files = [p for p in path.rglob("*") if p.is_file() or p.is_symlink()]
+    if not files:
+        return
+    manifest = path / MANIFEST_NAME
+    if not manifest.is_file():
+        raise InvalidInputError(
+            f"{path} already exists and was not written by rankwise (it has no {MANIFEST_NAME}); rankwise replaces only "
+            "its own folders: remove it, or choose another path"
+        )
+    try:
+        listed = set(json.loads(manifest.read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InvalidInputError(
+            f"{manifest} is unreadable ({e}), so rankwise cannot tell which files in {path} it wrote: remove the folder "
+            "(or choose another path) to write it again"
+        ) from e
+    foreign = sorted(str(p.relative_to(path)) for p in files if p != manifest and str(p.relative_to(path)) not in listed)
+    if foreign:
+        raise InvalidInputError(
+            f"{path} holds {len(foreign)} file(s) rankwise did not write ({', '.join(foreign[:3])}); replacing the folder "
+            "would delete them: move them elsewhere, or choose another path"
+        )
+
+
+def save_model_folder(
+    path: str | os.PathLike,
+    write_fn: Callable[[Path], object],
+    format_name: str | None = None,
+    extra_manifest: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a model folder atomically: `write_fn(tmp)` fills a temporary folder, then the manifest (sizes, SHA-256,
+    `rankwise_format` = format_name, extra_manifest) is added and the folder renamed onto `path`. Returns `path`.
+
+    If `write_fn` raises, nothing is left at `path` (a folder already there is untouched). An existing `path` is
+    replaced only when it is empty or was written by rankwise (see `atomic_dir`).
+    """
+    path = Path(path)
+    with atomic_dir(path) as tmp:
+        write_fn(tmp)
+        if not any(p.is_file() for p in tmp.rglob("*")):
+            raise InvalidInputError(f"the writer of {path} wrote no files: nothing to save")
+        extra = {"rankwise_format": format_name} if format_name is not None else {}
+        write_manifest(tmp, extra={**extra, **(dict(extra_manifest) if extra_manifest else {})})
+    return path
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:

@@ -1,9 +1,10 @@
 """Generic float64 linear algebra for covariance-aware low-rank methods (CARE, SVD-LLM, GuardSpace, PiCa, ...).
 
-Conventions (math layout): a weight `W` is [d_in, d_out] and acts as `X @ W` on rows `X` [T, d_in]; for a torch
-`nn.Linear` that is `linear.weight.T`. A *whitener* `S` is a [d, d] matrix with `S^T S = C` for an input second
-moment `C`, so that `||X W||_F^2 / T = ||S W||_F^2` (the trace identity). Minimising `||S (W - W_hat)||_F` over
-rank-r `W_hat` therefore minimises the activation error, and Eckart-Young solves it by an SVD of `S W`.
+Conventions: a weight `W` is [out, in], as torch stores it (`nn.Linear.weight`), and acts as `X @ W^T` on rows `X`
+[T, in]. A *whitener* `S` is an [in, in] matrix with `S^T S = C` for an input second moment `C`, so that
+`||X W^T||_F^2 / T = ||W S^T||_F^2` (the trace identity). Minimising `||(W - W_hat) S^T||_F` over rank-r `W_hat`
+therefore minimises the activation error, and Eckart-Young solves it by an SVD of `W S^T`. Low-rank factors are the
+two torch weights of `down` then `up`: `W_hat = up @ down`, down [r, in], up [out, r].
 
 Everything is float64: covariances are ill-conditioned (massive activations, fewer tokens than dimensions), and the
 square root of an ill-conditioned matrix loses half the digits. We never form an explicit inverse; undoing a
@@ -12,7 +13,7 @@ whitener is a linear solve (triangular where the whitener is triangular).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -56,18 +57,38 @@ def damp(c: torch.Tensor, relative: float) -> torch.Tensor:
     return c + relative * c.diagonal().mean() * torch.eye(c.size(0), dtype=c.dtype)
 
 
-def clamped_eigh(c: torch.Tensor, floor: float = EIGEN_FLOOR) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eigen-decomposition of a symmetric PSD matrix with eigenvalues clamped to >= floor * max eigenvalue.
+def damped_spectrum(values: torch.Tensor, relative: float) -> torch.Tensor:
+    """The eigenvalues of `damp(C, relative)` from C's eigenvalues [d] (same eigenvectors), so one `symmetric_eigh`
+    serves every damping. Rounding-level negative eigenvalues count as 0, and mean(diag C) is taken as their mean
+    (the trace is invariant), so it agrees with `damp` up to rounding."""
+    if relative < 0:
+        raise InvalidInputError(f"damping must be >= 0, got {relative}")
+    psd = values.double().clamp_min(0)
+    return psd + relative * float(psd.mean())
 
-    Returns (eigenvalues [d] ascending, eigenvectors [d, d] as columns), float64. Clamping turns rounding-level
-    negative eigenvalues into small positive ones, so square roots and solves stay finite.
+
+def symmetric_eigh(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eigen-decomposition of a symmetric PSD matrix (symmetrised, float64), eigenvalues as they come.
+
+    Returns (eigenvalues [d] ascending, eigenvectors [d, d] as columns). Rounding-level eigenvalues of a singular C
+    stay near 0 (either sign), so its null space is still visible (GuardSpace's projector needs it). Raises
+    NumericalError for a zero matrix.
     """
     c = _check_square_symmetric(c, "covariance")
     values, vectors = torch.linalg.eigh(c)
-    top = values[-1].clamp_min(0.0)
-    if top <= 0:
+    if values[-1] <= 0:
         raise NumericalError("the covariance is zero (all activations were zero?); calibrate on real data")
-    return values.clamp_min(floor * float(top)), vectors
+    return values, vectors
+
+
+def clamped_eigh(c: torch.Tensor, floor: float = EIGEN_FLOOR) -> tuple[torch.Tensor, torch.Tensor]:
+    """`symmetric_eigh` with eigenvalues clamped to >= floor * max eigenvalue (float64).
+
+    Clamping turns rounding-level negative eigenvalues into small positive ones, so square roots and solves stay
+    finite.
+    """
+    values, vectors = symmetric_eigh(c)
+    return values.clamp_min(floor * float(values[-1])), vectors
 
 
 def symmetric_sqrt(c: torch.Tensor, floor: float = EIGEN_FLOOR) -> torch.Tensor:
@@ -142,10 +163,11 @@ def cholesky_whitener(c: torch.Tensor) -> Whitener:
 
 @dataclass(frozen=True)
 class LowRankFactors:
-    """`W_hat = down @ up` with down [d_in, r] and up [r, d_out] (math layout), plus the whitened spectrum.
+    """`W_hat = up @ down` with down [r, in] and up [out, r] (torch layout: the weights of two stacked nn.Linear),
+    plus the whitened spectrum.
 
-    `singular_values` [min(d_in, d_out)] are those of `S W` (all of them, not only the kept ones), which is what
-    rank allocation and tail-energy errors need.
+    `singular_values` [min(out, in)] are those of `W S^T` (all of them, not only the kept ones), which is what rank
+    allocation and tail-energy errors need.
     """
 
     down: torch.Tensor
@@ -154,84 +176,48 @@ class LowRankFactors:
 
     @property
     def rank(self) -> int:
-        return self.down.size(1)
+        return self.down.size(0)
 
     def product(self) -> torch.Tensor:
-        return self.down @ self.up
+        return self.up @ self.down
 
 
 def whitened_svd(w: torch.Tensor, whitener: Whitener) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Thin SVD of `S W` in float64: (U [d_in, k], sigma [k] descending, Vh [k, d_out]), k = min(d_in, d_out)."""
+    """Thin SVD of `W S^T` in float64 for W [out, in]: (U [out, k], sigma [k] descending, Vh [k, in]), k = min(out, in)."""
     if w.dim() != 2:
-        raise InvalidInputError(f"a weight must be 2-D [d_in, d_out], got shape {tuple(w.shape)}")
+        raise InvalidInputError(f"a weight must be 2-D [out, in], got shape {tuple(w.shape)}")
     if not torch.isfinite(w).all():
         raise NumericalError("the weight contains NaN or Inf")
-    return torch.linalg.svd(whitener.apply(w), full_matrices=False)
+    # The whitener acts on the input side; it is applied (and later undone) on columns, so the SVD is of S W^T.
+    u, sigma, vh = torch.linalg.svd(whitener.apply(w.T), full_matrices=False)
+    return vh.T, sigma, u.T
 
 
 def truncate_whitened_svd(u: torch.Tensor, sigma: torch.Tensor, vh: torch.Tensor, whitener: Whitener, rank: int) -> LowRankFactors:
-    """Rank-`rank` factors from a whitened SVD: down = S^{-1} U_r diag(sigma_r), up = Vh_r (Eckart-Young in the S-norm)."""
+    """Rank-`rank` factors from a whitened SVD (Eckart-Young in the S-norm): up = U_r [out, r], down =
+    diag(sigma_r) Vh_r S^{-T} [r, in]."""
     if not 1 <= rank <= sigma.numel():
         raise InvalidInputError(f"rank must be in [1, {sigma.numel()}], got {rank}")
-    down = whitener.solve(u[:, :rank] * sigma[:rank])
-    return LowRankFactors(down=down, up=vh[:rank].clone(), singular_values=sigma.clone())
+    down = whitener.solve(vh[:rank].T * sigma[:rank]).T
+    return LowRankFactors(down=down, up=u[:, :rank].clone(), singular_values=sigma.clone())
 
 
 def whitened_low_rank(w: torch.Tensor, whitener: Whitener, rank: int) -> LowRankFactors:
-    """The rank-`rank` `W_hat` minimising `||S (W - W_hat)||_F` (float64 factors). W is [d_in, d_out]."""
+    """The rank-`rank` `W_hat` minimising `||(W - W_hat) S^T||_F` (float64 factors). W is [out, in]."""
     u, sigma, vh = whitened_svd(w, whitener)
     return truncate_whitened_svd(u, sigma, vh, whitener, rank)
 
 
 def weighted_error(delta: torch.Tensor, c: torch.Tensor) -> float:
-    """`trace(Delta^T C Delta)` = mean over rows of ||x Delta||^2 when C is the (uncentred) second moment. float64."""
+    """`trace(Delta C Delta^T)` for Delta [out, in] = mean over rows x of ||Delta x||^2 when C [in, in] is the
+    (uncentred) second moment. float64."""
     delta = delta.double()
-    return float(torch.einsum("ij,ik,kj->", delta, c.double(), delta))
+    return float(torch.einsum("ji,ik,jk->", delta, c.double(), delta))
 
 
 def relative_activation_error(w: torch.Tensor, w_hat: torch.Tensor, c: torch.Tensor) -> float:
-    """`||X (W - W_hat)||_F / ||X W||_F` computed from the second moment C of X, by the trace identity."""
+    """`||X (W - W_hat)^T||_F / ||X W^T||_F` (W, W_hat [out, in]) from the second moment C of X, by the trace identity."""
     reference = weighted_error(w, c)
     if reference <= 0:
         raise NumericalError("||X W|| is zero: the activations or the weight vanish")
     return (weighted_error(w.double() - w_hat.double(), c) / reference) ** 0.5
-
-
-def greedy_rank_allocation(
-    num_items: int,
-    budget: int,
-    priority: Callable[[int, int], float],
-    min_rank: int | Sequence[int],
-    max_rank: int | Sequence[int],
-) -> list[int]:
-    """Water-filling: start every item at its minimum and hand out one rank at a time to the highest priority.
-
-    `priority(i, r)` scores giving item i its (r+1)-th rank while it holds r. Returns ranks summing to `budget`,
-    each within [min_rank_i, max_rank_i]. Ties go to the lowest index, so the result is deterministic. Items at
-    their maximum are skipped. With identical items and a priority that does not increase with r, the result is as
-    even as the budget allows (round-robin).
-    """
-    if num_items < 1:
-        raise InvalidInputError("rank allocation needs at least one item")
-    lows = [min_rank] * num_items if isinstance(min_rank, int) else list(min_rank)
-    highs = [max_rank] * num_items if isinstance(max_rank, int) else list(max_rank)
-    if len(lows) != num_items or len(highs) != num_items:
-        raise InvalidInputError(f"min/max rank lists must have {num_items} entries")
-    if any(lo < 0 or lo > hi for lo, hi in zip(lows, highs)):
-        raise InvalidInputError(f"each item needs 0 <= min_rank <= max_rank, got min {lows} max {highs}")
-    if not sum(lows) <= budget <= sum(highs):
-        raise InvalidInputError(f"budget {budget} is outside the reachable range [{sum(lows)}, {sum(highs)}] given the rank bounds")
-    ranks = list(lows)
-    for _ in range(budget - sum(lows)):
-        best, best_score = -1, float("-inf")
-        for i in range(num_items):
-            if ranks[i] >= highs[i]:
-                continue
-            score = float(priority(i, ranks[i]))
-            if score != score:
-                raise NumericalError(f"rank priority of item {i} at rank {ranks[i]} is NaN")
-            # strict '>': an equal score later never displaces the lower index; the first open item is the default
-            if best < 0 or score > best_score:
-                best, best_score = i, score
-        ranks[best] += 1
-    return ranks

@@ -1,56 +1,48 @@
-"""The reproduction report: metrics tables, named claims with pass/fail, plots and the environment.
+"""The reproduction report: metrics tables, declared claims with verdicts, fair arms, plots and the environment.
 
 A reproduction fills a `Report` and returns it; `Report.write(folder)` writes `report.json`, `report.md` and one
-PNG per plot. A claim's verdict is computed from its measured value and threshold, never set by hand, so a claim
-that does not hold is reported as failed.
+PNG per plot. Claims follow the evidence protocol (`rankwise.core.evidence`): each is declared with its kind, test and
+threshold before it is measured, and its verdict (PASS / FAIL / INCONCLUSIVE) is computed, never set by hand, so a
+claim that does not hold is reported as failed. Only a `full` run whose paper claims all PASS is *reproduced*.
 """
 
 from __future__ import annotations
 
-import math
-import operator
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rankwise.core.arms import Arm, Selection, budgets_matched
+from rankwise.core.evidence import (
+    KIND_LABELS,
+    AnyClaim,
+    Claim,
+    ClaimKind,
+    PairedClaim,
+    SampleClaim,
+    Verdict,
+    kind_label,
+)
 from rankwise.core.io import read_json, write_bytes_atomic, write_json_atomic, write_text_atomic
-from rankwise.errors import InvalidInputError
+from rankwise.errors import CorruptFileError, InvalidInputError
+
+__all__ = ["SIZES", "PROTOCOL", "SMOKE_NOTE", "Claim", "PairedClaim", "SampleClaim", "ClaimKind", "Verdict", "Table",
+           "Report", "environment", "load_report_summary"]
 
 SIZES = ("smoke", "full")
-_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-
-
-@dataclass
-class Claim:
-    """`measured <op> threshold` must hold. A NaN or missing measurement fails."""
-
-    name: str
-    description: str
-    measured: float | None
-    op: str
-    threshold: float
-
-    def __post_init__(self) -> None:
-        if self.op not in _OPS:
-            raise InvalidInputError(f"claim {self.name!r}: op must be one of {sorted(_OPS)}, got {self.op!r}")
-
-    @property
-    def passed(self) -> bool:
-        if self.measured is None or not math.isfinite(float(self.measured)):
-            return False
-        return bool(_OPS[self.op](float(self.measured), float(self.threshold)))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "measured": None if self.measured is None else float(self.measured),
-            "op": self.op,
-            "threshold": float(self.threshold),
-            "passed": self.passed,
-        }
+PROTOCOL = 2  # report.json schema: 2 = claims with kinds and verdicts, arms, history
+SMOKE_NOTE = ("Smoke run: tiny models and few steps, so its claims are NOT expected to hold; "
+              "only `full` runs are evidence.")
+_KIND_TITLES = {
+    "paper": "Paper claims",
+    "invariant": "Invariants (hold by construction; checks, not evidence)",
+    "sanity": "Sanity checks",
+    "unclassified": "Unclassified (not yet given a kind; never decide reproduced)",
+}
 
 
 @dataclass
@@ -82,25 +74,55 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _cell(text: Any) -> str:
+    """A markdown table cell: a `|` in a description would otherwise split the row."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _measured_cell(c: AnyClaim) -> str:
+    if not c.is_measured:
+        return "not measured"
+    if isinstance(c, Claim):
+        return "n/a" if c.measured is None else _fmt(c.measured)
+    assert c.samples is not None
+    n = f"n={len(c.samples)} seeds"
+    if c.interval is None:
+        return f"{_fmt(c.measured)} ({n})"
+    return f"{_fmt(c.interval.mean)} [{_fmt(c.interval.low)}, {_fmt(c.interval.high)}] ({n})"
+
+
+def _verdict_cell(c: AnyClaim) -> str:
+    verdict, reason = c.verdict.value, c.reason
+    return verdict if reason is None else f"{verdict}: {_cell(reason)}"
+
+
 @dataclass
 class Report:
-    """What a reproduction returns. `plots` maps a file stem to a matplotlib Figure (or PNG bytes)."""
+    """What a reproduction returns. `plots` maps a file stem to a matplotlib Figure (or PNG bytes).
+
+    Claims: `declare` a claim before the run, then `measure` / `measure_paired` it; `claim(...)` declares and
+    measures a deterministic claim in one call. Arms: `record_arm` each arm's tuned choice and budget, and
+    `check_budgets_matched` the budget entries that must be equal.
+    """
 
     slug: str
     title: str
     size: str
     seed: int
     tables: list[Table] = field(default_factory=list)
-    claims: list[Claim] = field(default_factory=list)
+    claims: list[AnyClaim] = field(default_factory=list)
+    arms: list[Arm] = field(default_factory=list)
     plots: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
     wall_time_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.size not in SIZES:
             raise InvalidInputError(f"size must be one of {SIZES}, got {self.size!r}")
         self._t0 = time.perf_counter()
+        self._budget_checks: list[tuple[tuple[str, ...], float]] = []
         if not self.environment:
             self.environment = environment()
 
@@ -109,10 +131,106 @@ class Report:
         self.tables.append(t)
         return t
 
-    def claim(self, name: str, description: str, measured: float | None, op: str, threshold: float) -> Claim:
-        c = Claim(name, description, None if measured is None else float(measured), op, float(threshold))
-        self.claims.append(c)
-        return c
+    # --- claims -------------------------------------------------------------------------------------------------
+
+    def declare(self, claim: AnyClaim) -> AnyClaim:
+        """Register a claim (kind, test, threshold) before its measurement exists. Names are unique."""
+        if not isinstance(claim, (Claim, PairedClaim, SampleClaim)):
+            raise InvalidInputError(f"declare takes a Claim, PairedClaim or SampleClaim, got {type(claim).__name__}")
+        if any(c.name == claim.name for c in self.claims):
+            raise InvalidInputError(f"claim {claim.name!r} is already declared; give each claim its own name")
+        self.claims.append(claim)
+        return claim
+
+    def get_claim(self, name: str) -> AnyClaim:
+        for c in self.claims:
+            if c.name == name:
+                return c
+        raise InvalidInputError(f"no claim {name!r} was declared; declare it before measuring "
+                                f"(declared: {[c.name for c in self.claims]})")
+
+    def measure(self, name: str, value: float | None | Sequence[float]) -> AnyClaim:
+        """Fill a declared `Claim` (one number) or `SampleClaim` (per-seed values)."""
+        c = self.get_claim(name)
+        if isinstance(c, PairedClaim):
+            raise InvalidInputError(f"claim {name!r} is paired: use measure_paired(name, method_values, baseline_values)")
+        return c.measure(value)  # type: ignore[arg-type]
+
+    def measure_paired(self, name: str, method_values: Sequence[float], baseline_values: Sequence[float]) -> PairedClaim:
+        """Fill a declared `PairedClaim` with per-seed values of the method and its baseline (same seed order)."""
+        c = self.get_claim(name)
+        if not isinstance(c, PairedClaim):
+            raise InvalidInputError(f"claim {name!r} is a {c.shape} claim, not paired: use measure(name, value)")
+        return c.measure(method_values, baseline_values)
+
+    def claim(self, name: str, description: str, measured: float | None, op: str, threshold: float,
+              *, kind: ClaimKind | str | None = None) -> Claim:
+        """Declare and measure a deterministic claim in one call. Without `kind` it is unclassified."""
+        c = Claim(name, description, op, threshold, kind)
+        self.declare(c)
+        return c.measure(measured)
+
+    def verdict_counts(self) -> dict[str, dict[str, int]]:
+        """`{kind: {"PASS": n, "FAIL": n, "INCONCLUSIVE": n}}` for every kind, unclassified included."""
+        counts = {k: {v.value: 0 for v in Verdict} for k in KIND_LABELS}
+        for c in self.claims:
+            counts[kind_label(c.kind)][c.verdict.value] += 1
+        return counts
+
+    @property
+    def reproduced(self) -> bool:
+        """A `full` run with at least one paper claim, every one of them PASS. Other kinds never decide this."""
+        paper = [c for c in self.claims if c.kind is ClaimKind.PAPER]
+        return self.size == "full" and bool(paper) and all(c.verdict is Verdict.PASS for c in paper)
+
+    @property
+    def passed(self) -> bool:
+        """Backward-compatible: every claim, of any kind, is PASS. Use `reproduced` for what a run shows."""
+        return all(c.verdict is Verdict.PASS for c in self.claims)
+
+    def exit_code(self) -> int:
+        """For a command line: 0 for a smoke run whatever its verdicts (its claims are not expected to hold);
+        for a full run 1 if any claim FAILed and 0 otherwise (INCONCLUSIVE is not a failure of the program)."""
+        if self.size == "smoke":
+            return 0
+        return int(any(c.verdict is Verdict.FAIL for c in self.claims))
+
+    def summary_text(self) -> str:
+        """What `rankwise repro` prints: the smoke banner, one line per claim (kind, verdict, measurement), counts."""
+        lines = [SMOKE_NOTE] if self.size == "smoke" else []
+        for c in self.claims:
+            lines.append(f"[{_verdict_cell(c)}] ({kind_label(c.kind)}) {c.name}: {_measured_cell(c)} {c.op} {_fmt(c.threshold)}  ({c.description})")
+        counts = self.verdict_counts()
+        lines.append("verdicts: " + "; ".join(
+            f"{kind} " + ", ".join(f"{n} {v}" for v, n in per.items() if n) for kind, per in counts.items() if any(per.values())))
+        if self.size == "full":
+            lines.append(f"reproduced: {'yes' if self.reproduced else 'no'} (every paper claim must PASS)")
+        return "\n".join(lines)
+
+    # --- arms ---------------------------------------------------------------------------------------------------
+
+    def record_arm(self, arm_name: str, selection: Selection, budget: dict[str, float]) -> Arm:
+        """Record an arm's validation-tuned choice and its budget; an edge or untuned choice is flagged in the report."""
+        if any(a.name == arm_name for a in self.arms):
+            raise InvalidInputError(f"arm {arm_name!r} is already recorded")
+        arm = Arm(arm_name, selection, budget)
+        self.arms.append(arm)
+        return arm
+
+    def check_budgets_matched(self, keys: Sequence[str], rel_tol: float = 0.0) -> dict[str, bool]:
+        """Per key, are the arms' budgets equal (within `rel_tol`)? Recorded in the report (re-evaluated on output,
+        so arms recorded later count too), never raised: a mismatch is a finding to show, not an error."""
+        keys = tuple(str(k) for k in keys)
+        result = budgets_matched(self.arms, keys, rel_tol)  # validates rel_tol
+        self._budget_checks.append((keys, float(rel_tol)))
+        return result
+
+    def budget_checks(self) -> list[dict[str, Any]]:
+        return [{"keys": list(keys), "rel_tol": tol, "matched": budgets_matched(self.arms, keys, tol),
+                 "values": {k: {a.name: a.budget.get(k) for a in self.arms} for k in keys}}
+                for keys, tol in self._budget_checks]
+
+    # --- output -------------------------------------------------------------------------------------------------
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -122,18 +240,21 @@ class Report:
         self.wall_time_s = time.perf_counter() - self._t0
         return self
 
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.claims)
-
     def to_dict(self) -> dict[str, Any]:
         return {
+            "protocol": PROTOCOL,
             "slug": self.slug,
             "title": self.title,
             "size": self.size,
             "seed": self.seed,
+            "note_smoke": SMOKE_NOTE if self.size == "smoke" else None,
+            "reproduced": self.reproduced,
             "passed": self.passed,
+            "verdicts": self.verdict_counts(),
             "claims": [c.to_dict() for c in self.claims],
+            "arms": [a.to_dict() for a in self.arms],
+            "budget_checks": self.budget_checks(),
+            "history": self.history,
             "tables": [{"name": t.name, "columns": t.columns, "rows": t.rows} for t in self.tables],
             "plots": [f"{name}.png" for name in self.plots],
             "notes": self.notes,
@@ -145,33 +266,112 @@ class Report:
         lines = [f"# {self.title}", "", f"Reproduction `{self.slug}`, size `{self.size}`, seed {self.seed}."]
         if self.wall_time_s is not None:
             lines[-1] += f" Wall time {self.wall_time_s:.1f} s."
-        lines += ["", "## Claims", ""]
-        if self.claims:
-            lines += ["| claim | measured | required | verdict |", "|---|---|---|---|"]
-            for c in self.claims:
-                m = "n/a" if c.measured is None else _fmt(c.measured)
-                lines.append(f"| **{c.name}**: {c.description} | {m} | {c.op} {_fmt(c.threshold)} | {'PASS' if c.passed else 'FAIL'} |")
-        else:
-            lines.append("(none)")
+        if self.size == "smoke":
+            lines += ["", f"> **{SMOKE_NOTE}**"]
+        counts = self.verdict_counts()
+        summary = "; ".join(f"{k}: " + ", ".join(f"{n} {v}" for v, n in counts[k].items())
+                            for k in KIND_LABELS if sum(counts[k].values()))
+        lines += ["", f"**Reproduced: {'yes' if self.reproduced else 'no'}.** Verdicts: {summary or 'no claims'}."]
+        lines += ["", "## Claims"]
+        if not self.claims:
+            lines += ["", "(none)"]
+        for k in KIND_LABELS:
+            group = [c for c in self.claims if kind_label(c.kind) == k]
+            if not group:
+                continue
+            lines += ["", f"### {_KIND_TITLES[k]}", "", "| claim | measured | required | verdict |", "|---|---|---|---|"]
+            for c in group:
+                required = f"{c.op} {_fmt(c.threshold)}" + ("" if isinstance(c, Claim) else f" ({c.test})")
+                lines.append(f"| **{_cell(c.name)}**: {_cell(c.description)} | {_measured_cell(c)} | {_cell(required)} "
+                             f"| {_verdict_cell(c)} |")
+        if self.arms:
+            lines += ["", "## Arms", "", "Each arm's value chosen on the validation split; budgets as run.", "",
+                      "| arm | chosen | validation scores | budget | flag |", "|---|---|---|---|---|"]
+            for a in self.arms:
+                s = a.selection
+                chosen = f"{s.param} = {_fmt(s.chosen)}" if s.param else _fmt(s.chosen)
+                scores = ", ".join(f"{_fmt(g)}: {_fmt(v)}" for g, v in zip(s.grid, s.scores))
+                budget = ", ".join(f"{k} {_fmt(v)}" for k, v in a.budget.items())
+                flag = f"**FLAG: {s.flag}**" if s.flag else ""
+                lines.append(f"| {_cell(a.name)} | {_cell(chosen)} | {_cell(scores)} | {_cell(budget)} | {flag} |")
+        checks = self.budget_checks()
+        if checks:
+            lines.append("")
+        for check in checks:
+            for k, ok in check["matched"].items():
+                vals = ", ".join(f"{arm} {_fmt(v)}" for arm, v in check["values"][k].items())
+                lines.append(f"- Budget `{k}` matched across arms (rel_tol {check['rel_tol']:g}): "
+                             f"{'yes' if ok else '**NO**'} ({vals})")
         for t in self.tables:
             lines += ["", f"## {t.name}", "", t.to_markdown()]
         if self.plots:
             lines += ["", "## Plots", ""] + [f"![{name}]({name}.png)" for name in self.plots]
         if self.notes:
             lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
+        if self.history:
+            lines += ["", "## Claim history", "", "| when | claim | before | after |", "|---|---|---|---|"]
+            for h in self.history:
+                lines.append(f"| {h.get('when')} | {_cell(h.get('claim'))} | {_cell(_state(h.get('before')))} "
+                             f"| {_cell(_state(h.get('after')))} |")
         env = ", ".join(f"{k} {v}" for k, v in self.environment.items())
         lines += ["", "## Environment", "", env, ""]
         return "\n".join(lines)
 
     def write(self, folder: str | Path) -> Path:
-        """Write report.json, report.md and the plots into `folder` (each file atomically)."""
+        """Write report.json, report.md and the plots into `folder` (each file atomically).
+
+        If `folder/report.json` holds a protocol-2 report of the same slug and size, its claim history is carried
+        over and every claim whose declared test or verdict changed (or that appeared or disappeared) gets an entry,
+        so a changed threshold or a dropped claim stays visible. An unreadable previous report is not used: the
+        history restarts and a note says so.
+        """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        self.history = self._history_from(folder / "report.json")
         for name, plot in self.plots.items():
             write_bytes_atomic(folder / f"{name}.png", _png_bytes(plot))
         write_json_atomic(folder / "report.json", self.to_dict())
         write_text_atomic(folder / "report.md", self.to_markdown())
         return folder
+
+    def _history_from(self, path: Path) -> list[dict[str, Any]]:
+        if not path.exists():
+            return []
+        try:
+            prev = read_json(path)
+            if not isinstance(prev, dict):
+                raise CorruptFileError(f"{path} is not a JSON object")
+            if prev.get("protocol") != PROTOCOL or prev.get("slug") != self.slug or prev.get("size") != self.size:
+                return []  # another report (or the pre-protocol format): nothing of this one's history to carry
+            history, claims = prev.get("history", []), prev.get("claims", [])
+            if not (isinstance(history, list) and isinstance(claims, list)
+                    and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in claims)):
+                raise CorruptFileError(f"{path} has a malformed history or claims list")
+        except CorruptFileError:
+            note = "previous report.json unreadable: history restarted"
+            if note not in self.notes:
+                self.notes.append(note)
+            return []
+        before = {c["name"]: _state_of_dict(c) for c in claims}
+        after = {c.name: {**c.declared(), "verdict": c.verdict.value} for c in self.claims}
+        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        changes = [{"claim": n, "when": when, "before": before.get(n), "after": s}
+                   for n, s in after.items() if before.get(n) != s]
+        changes += [{"claim": n, "when": when, "before": s, "after": None} for n, s in before.items() if n not in after]
+        return [*history, *changes]
+
+
+_STATE_KEYS = ("kind", "type", "op", "threshold", "description", "verdict")
+
+
+def _state_of_dict(c: dict[str, Any]) -> dict[str, Any]:
+    return {k: c.get(k) for k in _STATE_KEYS}
+
+
+def _state(s: dict[str, Any] | None) -> str:
+    if s is None:
+        return "(absent)"
+    return f"{s.get('kind')} {s.get('type')}: {s.get('op')} {_fmt(s.get('threshold'))} -> {s.get('verdict')}"
 
 
 def _png_bytes(plot: Any) -> bytes:

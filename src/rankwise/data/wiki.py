@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 
-from rankwise.data.packages import package_file
+from rankwise.core.packages import package_file
 from rankwise.errors import CorruptFileError, UnknownNameError
 
 CORPUS_FILE = "data/summaries_en-us.json"

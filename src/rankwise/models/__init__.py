@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
 import torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from rankwise.core.io import MANIFEST_NAME, verify_manifest
 from rankwise.errors import CorruptFileError, UnknownNameError
 from rankwise.models.minilm import embed_sentences, load_minilm
 from rankwise.models.smollm2 import load_smollm2, load_smollm2_tokenizer
@@ -16,11 +16,6 @@ from rankwise.models.tiny import tiny_bert, tiny_llama
 
 EMBEDDED = {"smollm2-135m": load_smollm2, "minilm-l6": load_minilm}
 
-# Folders written by rankwise conversions name their format in config.json ("rankwise_format"); the loader that
-# rebuilds them is looked up here (module:function), so `load_model(path)` reloads any rankwise output.
-FOLDER_LOADERS: dict[str, str] = {}
-FOLDER_LOADERS["mla-oneshot"] = "rankwise.compress.mla.io:load_mla"  # CARE / MLA conversions (compress/mla)
-FOLDER_LOADERS["microscaling"] = "rankwise.quant.storage:load_quantized"  # block-quantized FP4/FP8 (quant/storage)
 
 
 def load_model(name_or_path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -43,10 +38,17 @@ def _load_folder(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         raise CorruptFileError(f"{path / 'config.json'} is not valid JSON ({e})") from e
     fmt = config.get("rankwise_format")
     if fmt:
-        if fmt not in FOLDER_LOADERS:
-            raise UnknownNameError(f"{path} holds a rankwise format {fmt!r} this version cannot load; known: {sorted(FOLDER_LOADERS)}")
-        module, func = FOLDER_LOADERS[fmt].split(":")
-        return getattr(importlib.import_module(module), func)(path)
+        # Folders written by rankwise name their format in config.json; the method that writes a format names its
+        # loader in its registry record (a string resolved here, so this layer imports no method package).
+        from rankwise.registry import folder_loader
+
+        try:
+            loader = folder_loader(fmt)
+        except UnknownNameError as e:
+            raise UnknownNameError(f"{path}: {e}") from None
+        return loader(path)
+    if (path / MANIFEST_NAME).is_file():  # written by rankwise (e.g. `finetune --method full`): check it first
+        verify_manifest(path)
     architectures = config.get("architectures") or []
     auto = AutoModelForCausalLM if any(a.endswith("ForCausalLM") for a in architectures) else AutoModel
     model = auto.from_pretrained(path, dtype=torch.float32)
@@ -54,4 +56,4 @@ def _load_folder(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     return model.eval(), tokenizer
 
 
-__all__ = ["load_model", "load_smollm2_tokenizer", "tiny_llama", "tiny_bert", "embed_sentences", "FOLDER_LOADERS", "EMBEDDED"]
+__all__ = ["load_model", "load_smollm2_tokenizer", "tiny_llama", "tiny_bert", "embed_sentences", "EMBEDDED"]

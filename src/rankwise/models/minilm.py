@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from rankwise.core.progress import progress
-from rankwise.data.packages import package_dir
+from rankwise.core.packages import package_dir
 
 
 def minilm_folder():

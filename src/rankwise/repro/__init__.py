@@ -1,25 +1,53 @@
-"""Reproductions: one module per method, `rankwise.repro.<slug_>`, each with `run(size, seed) -> Report`."""
+"""Reproductions: `rankwise/repro/<slug_>/<experiment>.py`, each with `run(size, seed) -> Report`, found through the
+registry's `Experiment` records. `run_reproduction` is the one runner: it validates the request, applies the
+experiment's thread policy and checks what comes back."""
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
 
 from rankwise.core.report import SIZES, Report
 from rankwise.errors import InvalidInputError, RankwiseError
-from rankwise.registry import get_method
+from rankwise.registry import MAIN, parse_target, resolve
 
 
-def run_reproduction(slug: str, size: str = "smoke", seed: int = 0) -> Report:
-    """Run a method's reproduction at `size` ('smoke' or 'full') and return its finished report."""
+@contextmanager
+def thread_policy(threads: int | None) -> Iterator[None]:
+    """Run with `threads` intra-op threads (None: leave torch's setting), restoring torch's setting afterwards."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        if threads < 1:
+            raise InvalidInputError(f"threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_reproduction(target: str, size: str = "smoke", seed: int = 0, threads: int | None = None) -> Report:
+    """Run "SLUG" (its `main` experiment) or "SLUG:EXPERIMENT" at `size` ('smoke' or 'full'); return the report.
+
+    `threads` overrides the experiment's thread policy (a user's `rankwise --threads N`).
+    """
     if size not in SIZES:
         raise InvalidInputError(f"size must be one of {SIZES}, got {size!r}")
-    method = get_method(slug)
+    method, experiment = parse_target(target)
     if not method.has_reproduction():
-        raise RankwiseError(f"{slug} has no reproduction yet (status: {method.status})")
-    module = importlib.import_module(method.reproduction)
-    report = module.run(size=size, seed=seed)
-    if not isinstance(report, Report) or report.slug != slug:
-        raise RankwiseError(f"{method.reproduction}.run did not return a Report for {slug!r}")
+        raise RankwiseError(f"{method.slug} has no reproduction yet (status: {method.status})")
+    with thread_policy(threads if threads is not None else experiment.threads):
+        report = resolve(experiment.run)(size=size, seed=seed)
+        used_threads = torch.get_num_threads()
+    if not isinstance(report, Report) or report.slug != method.slug:
+        raise RankwiseError(f"{experiment.run} did not return a Report for {method.slug!r}")
     if report.wall_time_s is None:
         report.finish()
+    report.environment["experiment"] = experiment.name
+    report.environment["cpu_threads"] = used_threads
     return report
+
+
+__all__ = ["run_reproduction", "thread_policy", "MAIN"]

@@ -1,20 +1,22 @@
-"""Fine-tuning harness: tasks (wiki LM, wiki-topics classification), the training loop, checkpoints, method setup.
+"""Fine-tuning harness: tasks (wiki LM, wiki-topics classification, distillation), the training loop, checkpoints,
+healing of converted models, frozen-prefix execution.
 
-    from rankwise.training import TrainConfig, adapt, topic_classification, train
+    from rankwise.adapters import adapt
+    from rankwise.training import TrainConfig, topic_classification, train
     task = topic_classification(tokenizer, max_length=32)
-    model = adapt(minilm, "pica", rank=8)               # any registered adapter type
+    model = adapt(minilm, "pica", rank=8)               # any adapter type of rankwise.adapters.ADAPTER_TYPES
     classifier = task.wrap(model)                        # model + pooled linear head (trainable)
     result = train(classifier, task, TrainConfig(steps=200, lr=1e-3), out_dir="run")
 """
 
 from rankwise.training.distillation import DistillationTask, distillation_loss
+from rankwise.training.healing import HealConfig, HealResult, heal
 from rankwise.training.loop import TrainConfig, TrainResult, batch_indices, summary, train
-from rankwise.training.methods import DEFAULT_TARGETS, adapt, available_methods, build_config, default_targets, top_layers
 from rankwise.training.schedule import lr_at
 from rankwise.training.tasks import ClassificationTask, LanguageModelingTask, SequenceClassifier, topic_classification
 
 __all__ = [
-    "TrainConfig", "TrainResult", "batch_indices", "summary", "train", "DEFAULT_TARGETS", "adapt", "available_methods",
-    "build_config", "default_targets", "top_layers", "lr_at", "ClassificationTask", "LanguageModelingTask",
+    "TrainConfig", "TrainResult", "batch_indices", "summary", "train", "lr_at", "ClassificationTask", "LanguageModelingTask",
     "SequenceClassifier", "topic_classification", "DistillationTask", "distillation_loss",
+    "HealConfig", "HealResult", "heal",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rankwise.core.io import atomic_dir, load_tensors, read_versioned_config, save_tensors_atomic, verify_manifest, write_manifest, write_versioned_config
+from rankwise.core.io import load_tensors, read_versioned_config, save_model_folder, save_tensors_atomic, verify_manifest, write_versioned_config
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 KIND = "rankwise-train-checkpoint"
@@ -46,10 +46,12 @@ def save_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
                 )
     tensors["rng/torch"] = torch.get_rng_state()
     hyper = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
-    with atomic_dir(folder) as tmp:
+
+    def write(tmp: Path) -> None:
         save_tensors_atomic(tmp / "state.safetensors", tensors)
         write_versioned_config(tmp / "trainer.json", KIND, VERSION, {"step": step, "optimizer": hyper, **meta})
-        write_manifest(tmp)
+
+    save_model_folder(folder, write)
 
 
 def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, expected_run: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,20 @@
-"""The fine-tuning loop: AdamW (or any optimizer from a factory, see `optimizers`) with warmup + cosine, gradient
-accumulation, gradient clipping, periodic evaluation, checkpoints every N steps with exact resume, a progress bar
-and a NaN guard.
+"""The training loop: AdamW (or any optimizer from a factory, see `optimizers`) with warmup + cosine (to a floor),
+gradient accumulation, gradient clipping, periodic evaluation, tokens seen, checkpoints every N steps with exact
+resume, a progress bar, a NaN guard, and data parallelism under torchrun (see `distributed`).
 
 Batches are a pure function of (seed, micro-batch index): an endless stream of per-epoch permutations of the
 training set, so a resumed run sees exactly the batches the uninterrupted run would have seen. The learning rate
 is a pure function of the step. Together with the saved parameters, AdamW moments and RNG state, resuming from a
 checkpoint reproduces the uninterrupted run bit for bit.
+
+Under DDP every rank draws the same global micro-batch and trains on its own contiguous slice of it (the global
+batch size is `config.batch_size` whatever the number of ranks); losses, token counts and evaluations are reduced
+over ranks, and only rank 0 writes checkpoints while the others wait.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -22,6 +27,7 @@ from torch import nn
 
 from rankwise.core.progress import progress, say
 from rankwise.errors import InvalidInputError, NumericalError
+from rankwise.training import distributed
 from rankwise.training.checkpoint import load_checkpoint, save_checkpoint, trainable
 from rankwise.training.optimizers import OptimizerFactory, adamw, optimizer_label
 from rankwise.training.schedule import lr_at
@@ -37,12 +43,13 @@ class Task(Protocol):
     def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]: ...
     def loss(self, module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
     def evaluate(self, module: nn.Module) -> dict[str, float]: ...
+    # Optional: `batch_tokens(batch) -> int`, the tokens a batch holds (default: see `count_tokens`).
 
 
 @dataclass
 class TrainConfig:
     steps: int = 100  # optimizer steps
-    batch_size: int = 16  # examples per micro-batch
+    batch_size: int = 16  # examples per micro-batch (the global batch: under DDP each rank takes an equal slice)
     grad_accum: int = 1  # micro-batches per optimizer step
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -71,15 +78,25 @@ class TrainConfig:
 class TrainResult:
     steps: int  # steps done when this call returned (config.steps unless stopped early)
     final: dict[str, float]  # evaluation after the last step (empty when stopped early)
-    history: list[dict[str, float]] = field(default_factory=list)  # per step: step, loss, lr, grad_norm
+    history: list[dict[str, float]] = field(default_factory=list)  # per step: step, loss, lr, grad_norm, tokens (cumulative)
     evals: list[dict[str, float]] = field(default_factory=list)  # periodic evaluations with their step
     wall_s: float = 0.0
     resumed_from: int | None = None
     optimizer: torch.optim.Optimizer | None = None  # the optimizer used, with its final state (not in summary())
+    world_size: int = 1  # processes that trained (DDP ranks)
 
     @property
     def losses(self) -> list[float]:
         return [h["loss"] for h in self.history]
+
+    @property
+    def tokens_seen(self) -> int:
+        """Training tokens consumed over all ranks (see `count_tokens`)."""
+        return int(self.history[-1].get("tokens", 0)) if self.history else 0
+
+    def eval_curve(self, metric: str = "eval_loss") -> list[tuple[int, float]]:
+        """(step, metric) of every evaluation, periodic and final."""
+        return [(int(e["step"]), e[metric]) for e in self.evals if metric in e]
 
 
 def batch_indices(micro_batch: int, batch_size: int, num_train: int, seed: int) -> torch.Tensor:
@@ -93,6 +110,16 @@ def batch_indices(micro_batch: int, batch_size: int, num_train: int, seed: int) 
     return torch.tensor(out)
 
 
+def count_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Tokens in a batch: the attention mask's ones if there is one, else every input id, else the examples."""
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    if "input_ids" in batch:
+        return batch["input_ids"].numel()
+    first = next(iter(batch.values()), None)
+    return int(first.size(0)) if torch.is_tensor(first) and first.dim() else 0
+
+
 def train(
     module: nn.Module,
     task: Task,
@@ -101,6 +128,7 @@ def train(
     resume: bool = True,
     optimizer: OptimizerFactory | None = None,
     stop_after: int | None = None,
+    find_unused_parameters: bool | None = None,
 ) -> TrainResult:
     """Train the trainable parameters of `module` on `task`; returns losses and evaluations.
 
@@ -112,10 +140,22 @@ def train(
     `stop_after` ends this call once that many steps (in total, counting resumed ones) are done: a run trained in
     slices. The schedule still spans `config.steps`; a checkpoint is written at the stop (with `out_dir`), and the
     final evaluation is skipped until the last slice.
+
+    Under torchrun (or with torch.distributed initialised) the module is trained data-parallel: see the module
+    docstring and `distributed`. `find_unused_parameters` goes to DistributedDataParallel; None (the default) sets it
+    only when the first batch leaves a trainable parameter without a gradient on some rank (e.g. BERT's pooler under
+    a classification head). Pass True for a module whose use of parameters changes from batch to batch.
     """
     config.validate()
     if stop_after is not None and stop_after < 1:
         raise InvalidInputError(f"stop_after must be at least 1, got {stop_after}")
+    distributed.init_distributed()
+    world, rank = distributed.world_size(), distributed.rank()
+    if config.batch_size % world:
+        raise InvalidInputError(
+            f"batch_size {config.batch_size} must be a multiple of the {world} ranks (each takes an equal slice of the "
+            "global batch, so the update equals the single-process one)"
+        )
     named = trainable(module)
     params = list(named.values())
     if not params:
@@ -129,7 +169,7 @@ def train(
     run = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("eval_every", "checkpoint_every")}
     run["task"] = task.name
     run["optimizer"] = optimizer_label(factory)  # resuming with another optimizer is refused
-    result = TrainResult(steps=0, final={}, optimizer=opt)
+    result = TrainResult(steps=0, final={}, optimizer=opt, world_size=world)
     start_step = 0
     if ckpt is not None and resume and (ckpt / "trainer.json").is_file():
         meta = load_checkpoint(ckpt, module, opt, run)
@@ -137,43 +177,141 @@ def train(
         result.history, result.evals, result.resumed_from = list(meta.get("history", [])), list(meta.get("evals", [])), start_step
         say(f"resuming {task.name} from the checkpoint at step {start_step} in {ckpt}")
 
+    share = slice(rank * config.batch_size // world, (rank + 1) * config.batch_size // world)
+    ddp = None
+    if world > 1:
+        if find_unused_parameters is None:
+            first = task.batch(batch_indices(start_step * config.grad_accum, config.batch_size, task.num_train, config.seed)[share])
+            unused = _unused_parameters(module, task, first, named)
+            find_unused_parameters = bool(distributed.all_reduce_sum(torch.tensor([float(len(unused))])) > 0)
+        ddp = _wrap_ddp(module, find_unused_parameters)
+    model = ddp if ddp is not None else module  # what the loss is computed with (the DDP wrapper syncs gradients)
+    tokens = int(result.history[-1].get("tokens", 0)) if result.history else 0
+
     t0 = time.perf_counter()
-    module.train()
+    model.train()
     end = config.steps if stop_after is None else min(config.steps, max(stop_after, start_step))
-    bar = progress(range(start_step, end), desc=f"train {task.name}", total=config.steps, initial=start_step)
+    steps = range(start_step, end)
+    bar = progress(steps, desc=f"train {task.name}", total=config.steps, initial=start_step) if distributed.is_main_process() else _NoBar(steps)
     for step in bar:
         lr = lr_at(step, config.steps, config.lr, config.warmup_steps, config.min_lr_ratio)
         for group, scale in zip(opt.param_groups, lr_scale):
             group["lr"] = lr * scale
-        total = 0.0
+        # [sum of micro-batch losses / grad_accum, tokens, non-finite losses]: reduced over ranks in one call
+        stats, bad = torch.zeros(3, dtype=torch.float64), None
         for micro in range(config.grad_accum):
-            batch = task.batch(batch_indices(step * config.grad_accum + micro, config.batch_size, task.num_train, config.seed))
-            loss = task.loss(module, batch)
-            if not torch.isfinite(loss):
-                _stop(f"the loss became {float(loss.detach())} at step {step + 1}", ckpt, result)
-            (loss / config.grad_accum).backward()
-            total += float(loss.detach()) / config.grad_accum
+            indices = batch_indices(step * config.grad_accum + micro, config.batch_size, task.num_train, config.seed)
+            batch = task.batch(indices[share])
+            # Gradients are all-reduced once per optimizer step, on the last micro-batch.
+            sync = ddp.no_sync() if ddp is not None and micro < config.grad_accum - 1 else contextlib.nullcontext()
+            with sync:
+                loss = task.loss(model, batch)
+                # Backward even through a non-finite loss: under DDP every rank must join the gradient all-reduce;
+                # the step is refused below, before the optimizer sees anything.
+                (loss / config.grad_accum).backward()
+            value = float(loss.detach())
+            finite = math.isfinite(value)
+            bad = bad if finite or bad is not None else value
+            stats += torch.tensor([value / config.grad_accum if finite else 0.0, _batch_tokens(task, batch), 0.0 if finite else 1.0],
+                                  dtype=torch.float64)
+        stats = distributed.all_reduce_sum(stats)
+        total, tokens = float(stats[0]) / world, tokens + int(stats[1])
+        if stats[2] > 0:
+            opt.zero_grad(set_to_none=True)
+            what = bad if bad is not None else "non-finite on another rank"
+            _stop(f"the loss became {what} at step {step + 1}", ckpt, result)
         norm = _grad_norm(params, config.max_grad_norm)
         if not math.isfinite(norm):
             _stop(f"the gradient norm became {norm} at step {step + 1}", ckpt, result)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        result.history.append({"step": step + 1, "loss": total, "lr": lr, "grad_norm": norm})
+        result.history.append({"step": step + 1, "loss": total, "lr": lr, "grad_norm": norm, "tokens": tokens})
         bar.set_postfix(loss=f"{total:.4f}")
         done = step + 1
         if config.eval_every and done % config.eval_every == 0 and done < config.steps:
-            result.evals.append({"step": done, **task.evaluate(module)})
-            module.train()
+            result.evals.append({"step": done, **_evaluate(task, module)})
+            model.train()
         periodic = bool(config.checkpoint_every) and done % config.checkpoint_every == 0
         if ckpt is not None and (periodic or done == end < config.steps):
-            save_checkpoint(ckpt, module, opt, done, {"run": run, "history": result.history, "evals": result.evals})
+            if distributed.is_main_process():
+                save_checkpoint(ckpt, module, opt, done, {"run": run, "history": result.history, "evals": result.evals})
+            distributed.barrier()  # the other ranks wait until the checkpoint is complete on disk
     module.eval()
+    for group, scale in zip(opt.param_groups, lr_scale):  # leave the optimizer at its peak learning rates
+        group["lr"] = config.lr * scale
     result.steps = end
     if end == config.steps:
-        result.final = task.evaluate(module)
+        result.final = _evaluate(task, module)
         result.evals.append({"step": config.steps, **result.final})
     result.wall_s = time.perf_counter() - t0
     return result
+
+
+class _NoBar:
+    """Ranks other than 0 draw no progress bar."""
+
+    def __init__(self, steps: range) -> None:
+        self.steps = steps
+
+    def __iter__(self):
+        return iter(self.steps)
+
+    def set_postfix(self, **_: Any) -> None:
+        pass
+
+
+def _wrap_ddp(module: nn.Module, find_unused_parameters: bool) -> nn.Module:
+    """DistributedDataParallel over the trainable parameters only: frozen ones (an adapter's base model) are neither
+    broadcast nor all-reduced, so they are checked to be equal on every rank instead."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    frozen = [(n, p) for n, p in module.named_parameters() if not p.requires_grad]
+    distributed.check_same_across_ranks([p for _, p in frozen], "frozen parameters")
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, [n for n, _ in frozen])
+    try:
+        # Constructing DDP broadcasts rank 0's trainable parameters (equal already when every rank seeded alike).
+        return DistributedDataParallel(module, find_unused_parameters=find_unused_parameters)
+    finally:  # DDP reads the ignore list only here: leave the user's module as it was
+        del module._ddp_params_and_buffers_to_ignore
+
+
+def _unused_parameters(module: nn.Module, task: Task, batch: dict[str, torch.Tensor], named: dict[str, nn.Parameter]) -> list[str]:
+    """Trainable parameters the loss of `batch` does not reach (walking its autograd graph; no backward is run).
+
+    The probe leaves no trace: the RNG (dropout) and the buffers (running statistics) are restored afterwards.
+    """
+    rng = torch.get_rng_state()
+    buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
+    try:
+        module.train()
+        loss = task.loss(module, batch)
+        reached, seen, stack = set(), set(), [loss.grad_fn]
+        while stack:
+            fn = stack.pop()
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            variable = getattr(fn, "variable", None)  # AccumulateGrad: the leaf (parameter) it accumulates into
+            if variable is not None:
+                reached.add(id(variable))
+            stack.extend(f for f, _ in fn.next_functions)
+        del loss
+    finally:
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            for n, b in module.named_buffers():
+                b.copy_(buffers[n])
+    return [n for n, p in named.items() if id(p) not in reached]
+
+
+def _batch_tokens(task: Task, batch: dict[str, torch.Tensor]) -> int:
+    counter = getattr(task, "batch_tokens", None)
+    return int(counter(batch)) if counter is not None else count_tokens(batch)
+
+
+def _evaluate(task: Task, module: nn.Module) -> dict[str, float]:
+    """The task's evaluation; under DDP each rank evaluates and the metrics are averaged over ranks."""
+    return distributed.average_metrics(task.evaluate(module))
 
 
 def _check_covers(opt: torch.optim.Optimizer, params: dict[str, nn.Parameter]) -> None:
@@ -208,4 +346,5 @@ def _stop(what: str, ckpt: Path | None, result: TrainResult) -> None:
 def summary(result: TrainResult) -> dict[str, Any]:
     """A JSON-friendly summary of a run."""
     return {"steps": result.steps, "final": result.final, "evals": result.evals, "wall_s": result.wall_s,
-            "resumed_from": result.resumed_from, "history": result.history}
+            "resumed_from": result.resumed_from, "tokens_seen": result.tokens_seen, "world_size": result.world_size,
+            "history": result.history}

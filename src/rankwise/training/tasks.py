@@ -1,6 +1,7 @@
 """Fine-tuning tasks: what a batch is, the loss, and the held-out evaluation.
 
-- `LanguageModelingTask`: next-token prediction on token windows of the wiki corpus; evaluation is perplexity.
+- `LanguageModelingTask`: next-token prediction on given token windows (`from_wiki`: the wiki corpus); evaluation is
+  the held-out mean NLL (`eval_loss`, nats per token) and perplexity.
 - `ClassificationTask`: sequence classification with a pooled representation and a linear head (`SequenceClassifier`:
   mean pooling for encoders such as MiniLM, last-token pooling for causal LMs such as SmolLM2); evaluation is
   accuracy. `topic_classification` builds the 12-class wiki-topics task.
@@ -31,11 +32,13 @@ class LanguageModelingTask:
     metric = "perplexity"
     higher_is_better = False
 
-    def __init__(self, train_windows: torch.Tensor, eval_windows: torch.Tensor, eval_batch_size: int = 8) -> None:
+    def __init__(self, train_windows: torch.Tensor, eval_windows: torch.Tensor, eval_batch_size: int = 8, name: str | None = None) -> None:
         for what, w in (("train", train_windows), ("eval", eval_windows)):
             if w.dim() != 2 or w.size(0) == 0 or w.size(1) < 2:
                 raise InvalidInputError(f"{what} windows must be a non-empty [W, T] tensor with T >= 2, got {tuple(w.shape)}")
         self.train_windows, self.eval_windows, self.eval_batch_size = train_windows, eval_windows, eval_batch_size
+        if name is not None:  # e.g. "pretrain" for windows of another corpus; checkpoints record it
+            self.name = name
 
     @classmethod
     def from_wiki(cls, tokenizer, seq_len: int = 64, train_windows: int | None = None, eval_windows: int = 32) -> LanguageModelingTask:

@@ -1,7 +1,7 @@
 """CARE: covariance-aware GQA/MHA -> multi-head latent attention conversion (one-shot), with its baselines.
 
     from rankwise.compress.mla import convert_to_mla, calibration_windows, save_mla
-    windows = calibration_windows(tokenizer)                       # 256 x 32 tokens, seeded
+    windows = calibration_windows(token_windows(tokenizer, "calibration", 32))   # 256 x 32 tokens, seeded
     mla = convert_to_mla(model, kv_rank=48, method="care", allocation="adjusted", calibration=windows)
     save_mla(mla, "out/", tokenizer)                                 # load_model("out/") reloads it
 

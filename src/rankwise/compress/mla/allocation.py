@@ -16,15 +16,54 @@ K and V are allocated separately, each from its own spectra.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
-from rankwise.core.linalg import greedy_rank_allocation
-from rankwise.errors import InvalidInputError, UnknownNameError
+from rankwise.errors import InvalidInputError, NumericalError, UnknownNameError
 
 ALLOCATIONS = ("uniform", "adjusted")
 SCORES = ("paper", "code")
+
+
+def greedy_rank_allocation(
+    num_items: int,
+    budget: int,
+    priority: Callable[[int, int], float],
+    min_rank: int | Sequence[int],
+    max_rank: int | Sequence[int],
+) -> list[int]:
+    """Water-filling: start every item at its minimum and hand out one rank at a time to the highest priority.
+
+    `priority(i, r)` scores giving item i its (r+1)-th rank while it holds r. Returns ranks summing to `budget`,
+    each within [min_rank_i, max_rank_i]. Ties go to the lowest index, so the result is deterministic. Items at
+    their maximum are skipped. With identical items and a priority that does not increase with r, the result is as
+    even as the budget allows (round-robin).
+    """
+    if num_items < 1:
+        raise InvalidInputError("rank allocation needs at least one item")
+    lows = [min_rank] * num_items if isinstance(min_rank, int) else list(min_rank)
+    highs = [max_rank] * num_items if isinstance(max_rank, int) else list(max_rank)
+    if len(lows) != num_items or len(highs) != num_items:
+        raise InvalidInputError(f"min/max rank lists must have {num_items} entries")
+    if any(lo < 0 or lo > hi for lo, hi in zip(lows, highs)):
+        raise InvalidInputError(f"each item needs 0 <= min_rank <= max_rank, got min {lows} max {highs}")
+    if not sum(lows) <= budget <= sum(highs):
+        raise InvalidInputError(f"budget {budget} is outside the reachable range [{sum(lows)}, {sum(highs)}] given the rank bounds")
+    ranks = list(lows)
+    for _ in range(budget - sum(lows)):
+        best, best_score = -1, float("-inf")
+        for i in range(num_items):
+            if ranks[i] >= highs[i]:
+                continue
+            score = float(priority(i, ranks[i]))
+            if score != score:
+                raise NumericalError(f"rank priority of item {i} at rank {ranks[i]} is NaN")
+            # strict '>': an equal score later never displaces the lower index; the first open item is the default
+            if best < 0 or score > best_score:
+                best, best_score = i, score
+        ranks[best] += 1
+    return ranks
 
 
 def tail_energies(sigma: torch.Tensor) -> torch.Tensor:

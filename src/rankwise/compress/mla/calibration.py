@@ -1,8 +1,10 @@
 """Calibration for MLA conversion: short token windows in, one uncentred second moment per layer out.
 
 CARE calibrates on 256 samples of 32 tokens (its "alpaca-256-32"; accuracy saturates past ~512 samples and long
-sequences overfit). We draw the windows, seeded, from the wiki corpus's calibration split, which is disjoint by
-article from the evaluation split. The statistics come from the shared pipeline in `core/calibration.py`.
+sequences overfit). The caller cuts the windows (the reproductions and the command use the wiki corpus's
+calibration split, disjoint by article from the evaluation split: `rankwise.data.token_windows(tokenizer,
+"calibration", 32)`); `calibration_windows` draws the seeded sample from them. The statistics come from the shared
+pipeline in `core/calibration.py`.
 """
 
 from __future__ import annotations
@@ -11,11 +13,9 @@ from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
-from transformers import PreTrainedTokenizerBase
 
 from rankwise.compress.mla.layout import k_proj_names, kv_layout
 from rankwise.core.calibration import SecondMoment, collect_second_moments
-from rankwise.data import token_windows
 from rankwise.errors import InvalidInputError, NumericalError
 
 DEFAULT_SAMPLES = 256
@@ -23,13 +23,21 @@ DEFAULT_SEQ_LEN = 32
 CALIBRATION_BATCH = 32  # windows per forward pass
 
 
-def calibration_windows(tokenizer: PreTrainedTokenizerBase, samples: int = DEFAULT_SAMPLES, seq_len: int = DEFAULT_SEQ_LEN, seed: int = 0) -> torch.Tensor:
-    """`samples` windows of `seq_len` tokens drawn without replacement (seeded) from the calibration split. -> [N, T]"""
-    if samples < 1 or seq_len < 1:
-        raise InvalidInputError(f"calibration needs at least one window of one token, got samples={samples}, seq_len={seq_len}")
-    windows = token_windows(tokenizer, "calibration", seq_len)
+def calibration_windows(windows: torch.Tensor, samples: int = DEFAULT_SAMPLES, seed: int = 0) -> torch.Tensor:
+    """`samples` of the token windows [M, T] drawn without replacement (seeded), kept in their order. -> [N, T]
+
+    `windows`: e.g. `rankwise.data.token_windows(tokenizer, "calibration", DEFAULT_SEQ_LEN)`.
+    """
+    if not isinstance(windows, torch.Tensor) or windows.dim() != 2 or windows.numel() == 0:
+        raise InvalidInputError(
+            "calibration_windows takes token windows [M, T] (e.g. rankwise.data.token_windows(tokenizer, 'calibration', 32)), "
+            f"got {type(windows).__name__}{' of shape ' + str(tuple(windows.shape)) if isinstance(windows, torch.Tensor) else ''}"
+        )
+    if samples < 1:
+        raise InvalidInputError(f"calibration needs at least one window, got samples={samples}")
     if windows.size(0) < samples:
-        raise InvalidInputError(f"the calibration split has only {windows.size(0)} windows of {seq_len} tokens, fewer than {samples}")
+        raise InvalidInputError(f"only {windows.size(0)} calibration windows of {windows.size(1)} tokens, fewer than {samples}; "
+                                "cut shorter windows or sample fewer")
     order = torch.randperm(windows.size(0), generator=torch.Generator().manual_seed(seed))[:samples]
     return windows[order.sort().values]
 

@@ -4,8 +4,8 @@
 
 The pipeline is three steps so experiments can share the expensive part:
   1. `decompose_kv`   calibration moments -> whitened SVD of every layer's W_K, W_V (or [W_K | W_V]), float64;
-  2. `.plan(...)`     per-layer ranks (uniform or adjusted) -> truncated factors, W^a [D, r] and W^b [r, kv_width];
-  3. `apply_plan`     a copy of the model whose k_proj / v_proj are `LowRankLinear(down=W^a, up=W^b)`.
+  2. `.plan(...)`     per-layer ranks (uniform or adjusted) -> truncated factors, down [r, D] and up [kv_width, r];
+  3. `apply_plan`     a copy of the model whose k_proj / v_proj are `LowRankLinear(down, up)`.
 RoPE stays where the model applies it, after the up-projection (the paper's one-shot setting, Table 1).
 """
 
@@ -99,7 +99,7 @@ class KVDecomposition:
 def decompose_kv(model: nn.Module, method: str = "care", calibration: Calibration = None, *, damping: float | None = None, use_cache: bool = True) -> KVDecomposition:
     """Whitened SVD of every layer's K and V under `method` (see `factorize.METHODS`).
 
-    calibration: token ids [N, T] (e.g. `calibration_windows(tokenizer)`), [B, T] batches, or precollected
+    calibration: token ids [N, T] (e.g. `calibration_windows(token_windows(tokenizer, "calibration", 32))`), [B, T] batches, or precollected
     moments; required by asvd, svd-llm and care, ignored by svd and mha2mla. damping: relative to mean(diag C)
     (default: the method's authors' value, 0.1 for care, 0.01 for svd-llm).
     """

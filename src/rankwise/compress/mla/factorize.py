@@ -1,16 +1,16 @@
-"""The five ways to factor a layer's k_proj / v_proj at rank r, as whitened SVDs (math layout W [D, kv_width]).
+"""The five ways to factor a layer's k_proj / v_proj at rank r, as whitened SVDs (weights W [kv_width, D], torch layout).
 
-Every method is "SVD of S W, keep the top r, undo S" for a method-specific whitener S:
+Every method is "SVD of W S^T, keep the top r, undo S" for a method-specific whitener S on the input side:
 
   svd      S = I                       plain per-matrix SVD (Palu's initialisation); minimises the weight error
   asvd     S = diag(rms(x))^alpha      ASVD's activation-scaled columns, alpha = 0.5
   svd-llm  S = chol(C_d)^T             SVD-LLM's Cholesky whitening of the damped second moment
   care     S = sqrt(C_d)               CARE: symmetric square root by float64 eigh; minimises the activation error
-  mha2mla  S = I on [W_K | W_V]        MHA2MLA-style joint SVD: one shared down-projection for K and V
+  mha2mla  S = I on [W_K; W_V]        MHA2MLA-style joint SVD: one shared down-projection for K and V
 
-SVD-LLM and CARE optimise the same objective ||X (W - W_hat)|| (S^T S = C in both), so with equal damping they
+SVD-LLM and CARE optimise the same objective ||X (W - W_hat)^T|| (S^T S = C in both), so with equal damping they
 give the same W_hat; they differ here only by their authors' default damping (0.01 and 0.1 of mean(diag C)).
-The singular values of S W drive the rank allocation (`allocation.py`).
+The singular values of W S^T drive the rank allocation (`allocation.py`).
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def make_whitener(method: str, moment: SecondMoment | None, damping: float | Non
 
 @dataclass
 class WhitenedDecomposition:
-    """The full whitened SVD of one matrix (or of [W_K | W_V] for joint methods), ready to truncate at any rank.
+    """The full whitened SVD of one matrix (or of [W_K; W_V] for joint methods), ready to truncate at any rank.
 
-    u [D, k], sigma [k] (descending), vh [k, out] with k = min(D, out); `split` is the K width for joint ones.
+    u [out, k], sigma [k] (descending), vh [k, D] with k = min(out, D); `split` is the K width for joint ones.
     """
 
     u: torch.Tensor
@@ -92,17 +92,17 @@ class WhitenedDecomposition:
 
 
 def decompose_layer(w_k: torch.Tensor, w_v: torch.Tensor, method: str, moment: SecondMoment | None, damping: float | None = None) -> list[WhitenedDecomposition]:
-    """Whitened SVDs of one layer: [K, V] for per-matrix methods, [KV] for joint ones. W_* are [D, kv_width]."""
+    """Whitened SVDs of one layer: [K, V] for per-matrix methods, [KV] for joint ones. W_* are [kv_width, D]."""
     method = canonical_method(method)
     whitener = make_whitener(method, moment, damping)
     if method in JOINT_METHODS:
-        joint = torch.cat([w_k.double(), w_v.double()], dim=1)
-        return [WhitenedDecomposition(*whitened_svd(joint, whitener), whitener, split=w_k.size(1))]
+        joint = torch.cat([w_k.double(), w_v.double()], dim=0)
+        return [WhitenedDecomposition(*whitened_svd(joint, whitener), whitener, split=w_k.size(0))]
     return [WhitenedDecomposition(*whitened_svd(w, whitener), whitener) for w in (w_k, w_v)]
 
 
 def split_joint(factors: LowRankFactors, split: int) -> tuple[LowRankFactors, LowRankFactors]:
-    """K and V factors of a joint factorization: the same down-projection, the up-projection cut at column `split`."""
-    k = LowRankFactors(factors.down, factors.up[:, :split], factors.singular_values)
-    v = LowRankFactors(factors.down, factors.up[:, split:], factors.singular_values)
+    """K and V factors of a joint factorization: the same down-projection, the up-projection cut at row `split`."""
+    k = LowRankFactors(factors.down, factors.up[:split], factors.singular_values)
+    v = LowRankFactors(factors.down, factors.up[split:], factors.singular_values)
     return k, v

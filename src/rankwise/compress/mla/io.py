@@ -3,7 +3,7 @@
 A converted folder is what `save_pretrained` writes (config.json + safetensors weights, holding
 `...k_proj.down.weight` / `...k_proj.up.weight` instead of `...k_proj.weight`) plus the tokenizer and a manifest
 of sizes and SHA-256s. config.json carries `"rankwise_format": "mla-oneshot"` and the per-layer ranks, so
-`rankwise.models.load_model(folder)` finds `load_mla` through `FOLDER_LOADERS` and rebuilds the exact modules.
+`rankwise.models.load_model(folder)` finds `load_mla` through care-mla's registry record (`folder_formats`) and rebuilds the exact modules.
 The folder is written atomically: on any failure nothing is left at the destination.
 """
 
@@ -18,7 +18,7 @@ from transformers.initialization import no_init_weights
 
 from rankwise.compress.mla.layout import CONFIG_KEY, FORMAT, decoder_layers, kv_layout, mla_info
 from rankwise.compress.mla.modules import LowRankLinear
-from rankwise.core.io import atomic_dir, load_tensors, verify_manifest, write_manifest
+from rankwise.core.io import load_tensors, save_model_folder, verify_manifest
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 
@@ -26,13 +26,13 @@ def save_mla(model: PreTrainedModel, folder: str | Path, tokenizer: PreTrainedTo
     """Write a converted model (and its tokenizer) to `folder` as a transformers folder with a manifest."""
     if mla_info(model) is None:
         raise InvalidInputError("this model is not an MLA conversion (no rankwise_mla record in its config); use convert_to_mla first")
-    folder = Path(folder)
-    with atomic_dir(folder) as tmp:
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        write_manifest(tmp, extra={"rankwise_format": FORMAT})
-    return folder
+
+    return save_model_folder(folder, write, format_name=FORMAT)
 
 
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:

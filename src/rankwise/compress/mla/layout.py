@@ -79,9 +79,9 @@ def k_proj_names(model: nn.Module) -> list[str]:
 
 
 def dense_kv_weights(model: nn.Module, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Math-layout (W_K, W_V), each [D, kv_width] float64, of one layer (dense or already factored)."""
+    """(W_K, W_V), each [kv_width, D] float64 (torch layout), of one layer (dense or already factored)."""
     attn = decoder_layers(model)[layer].self_attn
-    return attn.k_proj.weight.detach().T.double(), attn.v_proj.weight.detach().T.double()
+    return attn.k_proj.weight.detach().double(), attn.v_proj.weight.detach().double()
 
 
 def mla_info(model: nn.Module) -> dict | None:

@@ -18,7 +18,7 @@ class LowRankLinear(nn.Module):
     """`up(down(x))`: down = Linear(in_features, rank, no bias), up = Linear(rank, out_features, bias optional).
 
     Input [..., in_features] -> output [..., out_features]. `down.weight` is [rank, in_features] and `up.weight`
-    is [out_features, rank] (torch layout, the transposes of the math-layout factors W^a [D, r], W^b [r, out]).
+    is [out_features, rank] (torch layout, as `core.linalg.LowRankFactors` holds them).
     """
 
     def __init__(self, in_features: int, rank: int, out_features: int, bias: bool = False) -> None:
@@ -31,13 +31,13 @@ class LowRankLinear(nn.Module):
 
     @classmethod
     def from_factors(cls, down: torch.Tensor, up: torch.Tensor, bias: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> LowRankLinear:
-        """Build from math-layout factors down [D, r] and up [r, out] (any float dtype; stored as `dtype`)."""
-        if down.dim() != 2 or up.dim() != 2 or down.size(1) != up.size(0):
-            raise InvalidInputError(f"factors must be [D, r] and [r, out], got {tuple(down.shape)} and {tuple(up.shape)}")
-        module = cls(down.size(0), down.size(1), up.size(1), bias=bias is not None)
+        """Build from factors down [r, D] and up [out, r] (torch layout, up @ down = W; any float dtype; stored as `dtype`)."""
+        if down.dim() != 2 or up.dim() != 2 or up.size(1) != down.size(0):
+            raise InvalidInputError(f"factors must be down [r, D] and up [out, r], got {tuple(down.shape)} and {tuple(up.shape)}")
+        module = cls(down.size(1), down.size(0), up.size(0), bias=bias is not None)
         with torch.no_grad():
-            module.down.weight.copy_(down.T.to(dtype))
-            module.up.weight.copy_(up.T.to(dtype))
+            module.down.weight.copy_(down.to(dtype))
+            module.up.weight.copy_(up.to(dtype))
             if bias is not None:
                 module.up.bias.copy_(bias.to(dtype))
         return module.to(dtype)

@@ -1,8 +1,8 @@
 """KV parity (CARE App. B): a GQA layer already *is* an MLA layer of rank r = num_kv_heads * head_dim.
 
-Copying each KV head's columns to the `n_rep` query heads that share it gives `W~_K = W_K @ R` with the 0/1
-replication matrix R [kv_width, num_heads * head_dim]. So W^a = W_K (D x kv_width) and W^b = R is an exact MLA
-factorization. Because R only copies columns, it changes neither singular vectors nor rank allocation, which is
+Copying each KV head's rows to the `n_rep` query heads that share it gives `W~_K = R^T W_K` (torch layout, W_K
+[kv_width, D]) with the 0/1 replication matrix R [kv_width, num_heads * head_dim]. So down = W_K and up = R^T is an
+exact MLA factorization. Because R only copies columns, it changes neither singular vectors nor rank allocation, which is
 why the conversion factors the un-replicated GQA matrix.
 """
 
@@ -27,7 +27,8 @@ def head_replication_matrix(num_kv_heads: int, num_heads: int, head_dim: int, dt
 
 
 def kv_parity_factors(w: torch.Tensor, num_kv_heads: int, num_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The exact MLA factors of a GQA projection W [D, kv_width] (math layout): (W^a = W, W^b = R)."""
-    if w.dim() != 2 or w.size(1) != num_kv_heads * head_dim:
-        raise InvalidInputError(f"W must be [D, {num_kv_heads * head_dim}], got {tuple(w.shape)}")
-    return w, head_replication_matrix(num_kv_heads, num_heads, head_dim, w.dtype)
+    """The exact MLA factors (down, up) = (W, R^T) of a GQA projection W [kv_width, D] (torch layout): up @ down is
+    the per-query-head projection [num_heads * head_dim, D]."""
+    if w.dim() != 2 or w.size(0) != num_kv_heads * head_dim:
+        raise InvalidInputError(f"W must be [{num_kv_heads * head_dim}, D], got {tuple(w.shape)}")
+    return w, head_replication_matrix(num_kv_heads, num_heads, head_dim, w.dtype).T

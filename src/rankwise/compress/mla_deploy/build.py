@@ -1,7 +1,7 @@
 """Build a deployable MLA model from a Llama-family GQA model: decoupled RoPE + CARE-factored latent K/V.
 
     mla = convert_to_deployable_mla(model, kv_rank=80, rope_dims=32, rope_selection="contribution",
-                                    calibration=calibration_windows(tokenizer))
+                                    calibration=calibration_windows(token_windows(tokenizer, "calibration", 32)))
 
 Per layer, with the input second moment C of k_proj/v_proj (CARE's calibration, shared with issue 3's code):
   1. RoRoPE concentration and a global selection of k = rope_dims / 2 rotary pairs (`rope.py`);
@@ -33,6 +33,7 @@ from rankwise.core.progress import progress
 from rankwise.errors import InvalidInputError, NumericalError
 
 CONFIG_KEY = "rankwise_mla_deploy"
+NEW_PARAMETERS = ("q_rope_proj", "kv_a_proj", "k_up", "v_up")  # what the conversion introduces (healing trains them)
 
 
 def convert_to_deployable_mla(
@@ -60,7 +61,7 @@ def convert_to_deployable_mla(
     """
     layout = kv_layout(model)
     if calibration is None:
-        raise InvalidInputError("deployable MLA needs calibration data: pass calibration=token ids [N, T] (e.g. calibration_windows(tokenizer))")
+        raise InvalidInputError("deployable MLA needs calibration data: pass calibration=token ids [N, T] (e.g. calibration_windows(token_windows(tokenizer, 'calibration', 32)))")
     if not isinstance(rope_dims, int) or rope_dims < 2 or rope_dims % 2 or rope_dims > layout.head_dim:
         raise InvalidInputError(f"rope_dims must be an even integer in [2, {layout.head_dim}] (the head dim), got {rope_dims!r}")
     if not isinstance(kv_rank, int) or not 1 <= kv_rank <= layout.kv_width:
@@ -81,7 +82,10 @@ def convert_to_deployable_mla(
     with few_threads():  # small float64 eigh/SVDs: multithreaded LAPACK only spin-waits on busy cores
         for layer, moment in zip(layers, moments):
             attn = layer.self_attn
-            w_q, w_k, w_v = (getattr(attn, n).weight.detach().T.double() for n in ("q_proj", "k_proj", "v_proj"))
+            # RoRoPE (`rope.py`) works on columns of the math-layout W_Q, W_K [D, heads * dh]; the factorization
+            # takes torch-layout weights [out, D] (W_V here, and the no-RoPE key transposed back below).
+            w_q, w_k = (getattr(attn, n).weight.detach().T.double() for n in ("q_proj", "k_proj"))
+            w_v = attn.v_proj.weight.detach().double()
             c = moment.covariance()
             conc = concentrate_pairs(w_k, c, g, dh)
             weights.append((w_q, w_k, w_v))
@@ -94,7 +98,7 @@ def convert_to_deployable_mla(
         for (w_q, w_k, w_v), conc, moment in progress(list(zip(weights, concentrations, moments)), desc="factorizing MLA layers"):
             split = decouple_rope(w_q, w_k, conc, pairs, nh, g, dh)
             splits.append(split)
-            decomps.append(decompose_layer(split.k_nope, w_v, "care", moment, damping))
+            decomps.append(decompose_layer(split.k_nope.T, w_v, "care", moment, damping))
         k_ranks = allocate_ranks([d[0].sigma for d in decomps], kv_rank, allocation, score)
         v_ranks = allocate_ranks([d[1].sigma for d in decomps], kv_rank, allocation, score)
         truncated = [(d[0].truncate(rk), d[1].truncate(rv)) for d, rk, rv in zip(decomps, k_ranks, v_ranks)]
@@ -109,9 +113,9 @@ def convert_to_deployable_mla(
             new.q_proj.weight.copy_(old.q_proj.weight)
             new.o_proj.weight.copy_(old.o_proj.weight)
             new.q_rope_proj.weight.copy_(split.q_rope.T.to(dtype))
-            new.kv_a_proj.weight.copy_(torch.cat([k_f.down, v_f.down, split.k_rope], dim=1).T.to(dtype))
-            new.k_up.weight.copy_(k_f.up.T.to(dtype))
-            new.v_up.weight.copy_(v_f.up.T.to(dtype))
+            new.kv_a_proj.weight.copy_(torch.cat([k_f.down, v_f.down, split.k_rope.T], dim=0).to(dtype))
+            new.k_up.weight.copy_(k_f.up.to(dtype))
+            new.v_up.weight.copy_(v_f.up.to(dtype))
         if not all(torch.isfinite(p).all() for p in new.parameters()):
             raise NumericalError(f"layer {i}: the MLA factors are not finite; increase the damping")
         layer.self_attn = new.to(dtype)
@@ -130,6 +134,16 @@ def mla_layers(model: nn.Module) -> list[MLAAttention]:
     if not found:
         raise InvalidInputError("this model has no MLA attention; convert it with convert_to_deployable_mla first")
     return found
+
+
+def mla_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters the conversion introduced (`NEW_PARAMETERS` of every MLA layer), by their name in `model`.
+
+    Healing (`rankwise.training.healing.heal`) trains these; q_proj, o_proj and everything outside attention keep
+    the original's values and names.
+    """
+    wanted = {id(p) for attn in mla_layers(model) for n in NEW_PARAMETERS for p in getattr(attn, n).parameters()}
+    return {n: p for n, p in model.named_parameters() if id(p) in wanted}
 
 
 def set_absorb(model: nn.Module, absorb: bool) -> nn.Module:

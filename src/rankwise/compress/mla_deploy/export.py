@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCa
 
 from rankwise.compress.mla.layout import decoder_layers
 from rankwise.compress.mla_deploy.build import mla_layers
-from rankwise.core.io import atomic_dir
+from rankwise.core.io import MANIFEST_NAME, save_model_folder, verify_manifest
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 NORM_EPS = 1e-6  # DeepseekV3Attention builds kv_a_layernorm with the RMSNorm default eps, not config.rms_norm_eps
@@ -108,24 +108,33 @@ def to_deepseek_v3(model: nn.Module, linearity: float = DEFAULT_LINEARITY) -> De
 
 
 def export_deepseek_v3(model: nn.Module, folder: str | Path, tokenizer: PreTrainedTokenizerBase | None = None, linearity: float = DEFAULT_LINEARITY) -> Path:
-    """Write `model` as a DeepSeek-V3 checkpoint (safetensors + config.json [+ tokenizer]) atomically; returns the folder.
+    """Write `model` as a DeepSeek-V3 checkpoint (safetensors + config.json [+ tokenizer] + rankwise's manifest)
+    atomically; returns the folder.
 
-    `AutoModelForCausalLM.from_pretrained(folder)` (or `rankwise.models.load_model(folder)`) loads it offline.
+    `AutoModelForCausalLM.from_pretrained(folder)` (or `rankwise.models.load_model(folder)`) loads it offline; the
+    manifest beside the stock files is ignored by transformers and checked by `load_deepseek_v3`.
     """
-    folder = Path(folder)
     exported = to_deepseek_v3(model, linearity)
-    with atomic_dir(folder) as tmp:
+
+    def write(tmp: Path) -> None:
         exported.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-    return folder
+
+    return save_model_folder(folder, write)
 
 
 def load_deepseek_v3(folder: str | Path) -> DeepseekV3ForCausalLM:
-    """Reload an exported checkpoint with stock transformers (fp32, eval); a broken folder raises CorruptFileError."""
+    """Reload an exported checkpoint with stock transformers (fp32, eval); a broken folder raises CorruptFileError.
+
+    The folder's manifest is verified first (an altered or truncated file is detected, not loaded).
+    """
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise CorruptFileError(f"{folder} has no config.json; export it with export_deepseek_v3 first")
+    if not (folder / MANIFEST_NAME).is_file():
+        raise CorruptFileError(f"{folder} has no {MANIFEST_NAME}: it was not written by export_deepseek_v3 (export it again)")
+    verify_manifest(folder)
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     except (OSError, ValueError) as e:

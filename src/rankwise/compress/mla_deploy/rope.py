@@ -62,7 +62,8 @@ def _pair_columns(num_heads: int, head_dim: int, pair: int) -> tuple[torch.Tenso
 
 
 def concentrate_pairs(w_k: torch.Tensor, c: torch.Tensor, num_kv_heads: int, head_dim: int) -> PairConcentration:
-    """RoRoPE directions for one layer. w_k: math-layout key weight [D, g * dh]; c: input second moment [D, D]."""
+    """RoRoPE directions for one layer. w_k: math-layout key weight [D, g * dh] (k_proj.weight.T: this file works on
+    head columns); c: input second moment [D, D]."""
     if head_dim % 2:
         raise InvalidInputError(f"RoPE needs an even head dimension, got {head_dim}")
     w_k, c = w_k.double(), c.double()
@@ -132,7 +133,8 @@ def rope_columns(pairs_kept: Sequence[int], head_dim: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DecoupledRope:
-    """Math-layout weights of one layer's decoupled RoPE and the position-free remainder of the key.
+    """Math-layout weights (x @ W, i.e. the transposes of torch weights) of one layer's decoupled RoPE and the
+    position-free remainder of the key; `build.py` transposes them into the torch-layout MLA weights.
 
     q_rope [D, n_h * 2k] (per head, rotate_half layout over the kept pairs), k_rope [D, 2k] (the shared key),
     k_nope [D, g * dh] (W_K with the concentrated component of every kept pair projected out).

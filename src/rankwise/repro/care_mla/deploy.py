@@ -1,14 +1,10 @@
 """The deployable-MLA reproduction: SmolLM2 at 50 % KV saving with a latent-only cache, written to the care-mla report.
 
-    report = run_deploy_report("full")      # ~8 min on 2 idle cores
-    report.write("docs/results/care-mla/deploy")
-
-`python -m rankwise.repro.care_mla.deploy [--size smoke|full]` does both.
+    rankwise repro care-mla:deploy --size full      # ~9 min on 2 idle cores; writes docs/results/care-mla/deploy/
 """
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 from dataclasses import dataclass
 
@@ -16,23 +12,23 @@ import torch
 
 from rankwise.compress.mla.calibration import calibration_windows
 from rankwise.compress.mla.convert import convert_to_mla
-from rankwise.compress.mla_deploy.build import convert_to_deployable_mla, deploy_info, expected_cache_bytes_per_token
+from rankwise.compress.mla_deploy.build import convert_to_deployable_mla, deploy_info, expected_cache_bytes_per_token, mla_parameters
 from rankwise.compress.mla_deploy.checks import absorbed_vs_expanded, generation_mismatches
 from rankwise.compress.mla_deploy.export import export_deepseek_v3, load_deepseek_v3
-from rankwise.compress.mla_deploy.heal import HealConfig, heal
+from rankwise.core.evidence import ClaimKind
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.data import token_windows
 from rankwise.eval import measured_kv_bytes_per_token, perplexity
-from rankwise.models import load_model, load_smollm2_tokenizer, tiny_llama
+from rankwise.repro.setup import BySize, experiment_model
+from rankwise.training.healing import HealConfig, heal
 
-OUTPUT = "docs/results/care-mla/deploy"
 SELECTIONS = ("high", "uniform", "contribution", "sensitivity")
 
 
 @dataclass(frozen=True)
-class Sizes:
+class Settings:
     calib_samples: int
     calib_len: int
     eval_windows: int
@@ -42,29 +38,24 @@ class Sizes:
     heal_windows: int
 
 
-SIZES = {
-    "smoke": Sizes(48, 16, 3, 32, HealConfig(steps=4, batch_size=2, lr=2e-3, checkpoint_every=2), 32, 16),
-    "full": Sizes(256, 32, 8, 256, HealConfig(steps=30, batch_size=2, lr=2e-4, checkpoint_every=10), 64, 2000),
-}
+SIZES = BySize(
+    smoke=Settings(48, 16, 3, 32, HealConfig(steps=4, batch_size=2, lr=2e-3, checkpoint_every=2), 32, 16),
+    full=Settings(256, 32, 8, 256, HealConfig(steps=30, batch_size=2, lr=2e-4, checkpoint_every=10), 64, 2000),
+)
 
 
-def run_deploy_report(size: str = "full", seed: int = 0) -> Report:
+def run(size: str = "smoke", seed: int = 0) -> Report:
     """SmolLM2 (full) or a tiny random Llama (smoke) converted to deployable MLA at 50 % KV saving; see the claims."""
     report = Report("care-mla", "CARE deployable MLA: latent-only KV cache, absorbed decoding, DeepSeek-V3 export, healing", size, seed)
-    if size not in SIZES:
-        size = report.size  # Report already rejected unknown sizes
     sz = SIZES[size]
     set_seed(seed)
-    if size == "full":
-        teacher, tokenizer = load_model("smollm2-135m")
-    else:
-        teacher, tokenizer = tiny_llama(seed), load_smollm2_tokenizer()
+    teacher, tokenizer = experiment_model("smollm2-135m", size, seed)
     cfg = teacher.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_width = cfg.num_key_value_heads * head_dim
     rope_dims = head_dim // 2
     kv_rank = (kv_width - rope_dims) // 2  # 2 r + rope = kv_width: half of the GQA cache's 2 * kv_width
-    calib = calibration_windows(tokenizer, sz.calib_samples, sz.calib_len, seed)
+    calib = calibration_windows(token_windows(tokenizer, "calibration", sz.calib_len), sz.calib_samples, seed)
     evals = token_windows(tokenizer, "eval", sz.eval_len, sz.eval_windows)
     train = token_windows(tokenizer, "train", sz.heal_len, sz.heal_windows)
     report.note(
@@ -101,14 +92,14 @@ def run_deploy_report(size: str = "full", seed: int = 0) -> Report:
     expected = expected_cache_bytes_per_token(model)
     kv.add(model="original GQA", measured=gqa_bytes, expected=2 * cfg.num_hidden_layers * kv_width * 4, saving=0.0)
     kv.add(model="deployable MLA", measured=mla_bytes, expected=expected, saving=1 - mla_bytes / gqa_bytes)
-    report.claim("cache_bytes_equal_expected", "|measured - expected| latent-cache bytes per token (cache tensors of a forward)", abs(mla_bytes - expected), "<=", 0)
-    report.claim("kv_saving_50pct", "measured KV-cache saving vs the GQA model", 1 - mla_bytes / gqa_bytes, ">=", 0.5)
+    report.claim("cache_bytes_equal_expected", "|measured - expected| latent-cache bytes per token (cache tensors of a forward)", abs(mla_bytes - expected), "<=", 0, kind=ClaimKind.INVARIANT)
+    report.claim("kv_saving_50pct", "measured KV-cache saving vs the GQA model", 1 - mla_bytes / gqa_bytes, ">=", 0.5, kind=ClaimKind.INVARIANT)
 
     probe = evals[:2, : min(64, sz.eval_len)]
     gap = absorbed_vs_expanded(model, probe)
-    report.claim("absorbed_equals_expanded", "max |logit| difference, absorbed vs expanded decoding (prefill + 4 cached steps)", gap, "<=", 1e-4)
+    report.claim("absorbed_equals_expanded", "max |logit| difference, absorbed vs expanded decoding (prefill + 4 cached steps)", gap, "<=", 1e-4, kind=ClaimKind.INVARIANT)
     mismatches = generation_mismatches(model, evals[:1, :16], 12)
-    report.claim("generate_equals_no_cache", "tokens where model.generate (latent cache) differs from no-cache greedy decoding", mismatches, "<=", 0)
+    report.claim("generate_equals_no_cache", "tokens where model.generate (latent cache) differs from no-cache greedy decoding", mismatches, "<=", 0, kind=ClaimKind.INVARIANT)
 
     with tempfile.TemporaryDirectory() as tmp:
         export_deepseek_v3(model, f"{tmp}/export", tokenizer)
@@ -119,14 +110,14 @@ def run_deploy_report(size: str = "full", seed: int = 0) -> Report:
         exp_bytes = measured_kv_bytes_per_token(exported)
     kv.add(model="exported DeepseekV3ForCausalLM", measured=exp_bytes, expected=expected, saving=1 - exp_bytes / gqa_bytes)
     ppl.add(model="exported DeepSeek-V3 checkpoint (stock transformers)", kv_saving=1 - exp_bytes / gqa_bytes, perplexity=exp_ppl, vs_original=exp_ppl / base)
-    report.claim("export_perplexity_gap", "relative perplexity gap, exported DeepSeek-V3 checkpoint vs our module", abs(exp_ppl / before - 1), "<=", 1e-3)
+    report.claim("export_perplexity_gap", "relative perplexity gap, exported DeepSeek-V3 checkpoint vs our module", abs(exp_ppl / before - 1), "<=", 1e-3, kind=ClaimKind.INVARIANT)
     report.note(f"Exported checkpoint: max |logit| gap vs our module {logit_gap:.2e}; perplexity {exp_ppl:.4f} vs {before:.4f}.")
 
     say("deploy report: healing")
-    result = heal(model, teacher, train, sz.heal)
+    result = heal(model, teacher, train, sz.heal, trainable=mla_parameters)
     after = perplexity(model, evals).perplexity
     ppl.add(model=f"deployable MLA, after {sz.heal.steps} healing steps", kv_saving=1 - mla_bytes / gqa_bytes, perplexity=after, vs_original=after / base)
-    report.claim("healing_lowers_perplexity", "perplexity after healing / before healing", after / before, "<", 1.0)
+    report.claim("healing_lowers_perplexity", "perplexity after healing / before healing", after / before, "<", 1.0, kind=ClaimKind.PAPER)
     losses = report.table("healing loss", ["step", "loss"])
     for i, loss in enumerate(result.losses):
         losses.add(step=i + 1, loss=loss)
@@ -154,17 +145,3 @@ def _loss_plot(losses: list[float]):
     fig.tight_layout()
     return fig
 
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Deployable-MLA reproduction (writes the care-mla deploy report)")
-    parser.add_argument("--size", choices=sorted(SIZES), default="full")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=OUTPUT)
-    args = parser.parse_args(argv)
-    report = run_deploy_report(args.size, args.seed)
-    report.write(args.out)
-    print(report.to_markdown())
-
-
-if __name__ == "__main__":
-    main()

@@ -9,21 +9,20 @@ held-out eval-split activations, by the trace identity. Every method is compared
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
-
-import torch
 
 from rankwise.compress.mla.calibration import calibration_windows, kv_input_moments
 from rankwise.compress.mla.convert import apply_plan, decompose_kv
 from rankwise.compress.mla.layout import kv_layout, kv_saving
 from rankwise.compress.mla.metrics import activation_errors
+from rankwise.core.evidence import ClaimKind
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.data import token_windows
 from rankwise.eval import perplexity
+from rankwise.repro.setup import BySize, experiment_model
 
 TITLE = "CARE: Covariance-Aware and Rank-Enhanced Decomposition for Enabling Multi-Head Latent Attention"
 
@@ -49,7 +48,7 @@ SVD, CARE_U, CARE_E, CARE_E_CODE = VARIANTS[0].label, VARIANTS[4].label, VARIANT
 
 
 @dataclass(frozen=True)
-class Setting:
+class Settings:
     ranks: tuple[int, ...]
     calib_samples: int
     calib_seq_len: int
@@ -59,27 +58,21 @@ class Setting:
     timed_rank: int  # the conversion timed end to end (calibration + factorization), CARE-E at this rank
 
 
-FULL = Setting(ranks=(24, 48, 96), calib_samples=256, calib_seq_len=32, eval_windows=8, eval_seq_len=512, heldout_windows=4, timed_rank=48)
-SMOKE = Setting(ranks=(4, 8, 16), calib_samples=16, calib_seq_len=16, eval_windows=2, eval_seq_len=64, heldout_windows=2, timed_rank=8)
-
-
-def _load(size: str, seed: int):
-    from rankwise.models import load_model, load_smollm2_tokenizer, tiny_llama
-
-    if size == "full":
-        return load_model("smollm2-135m")
-    return tiny_llama(seed=seed, num_layers=3), load_smollm2_tokenizer()
+SIZES = BySize(
+    full=Settings(ranks=(24, 48, 96), calib_samples=256, calib_seq_len=32, eval_windows=8, eval_seq_len=512, heldout_windows=4, timed_rank=48),
+    smoke=Settings(ranks=(4, 8, 16), calib_samples=16, calib_seq_len=16, eval_windows=2, eval_seq_len=64, heldout_windows=2, timed_rank=8),
+)
 
 
 def run(size: str = "smoke", seed: int = 0) -> Report:
     set_seed(seed)
     report = Report("care-mla", TITLE, size, seed)
-    setting = FULL if size == "full" else SMOKE
-    model, tokenizer = _load(size, seed)
+    setting = SIZES[size]
+    model, tokenizer = experiment_model("smollm2-135m", size, seed, num_layers=3)
     layout = kv_layout(model)
 
     # Calibration and the timed CARE conversion: collect (uncached) -> decompose -> allocate -> install.
-    calibration = calibration_windows(tokenizer, setting.calib_samples, setting.calib_seq_len, seed)
+    calibration = calibration_windows(token_windows(tokenizer, "calibration", setting.calib_seq_len), setting.calib_samples, seed)
     t0 = time.perf_counter()
     moments = kv_input_moments(model, calibration, use_cache=False)
     calibration_s = time.perf_counter() - t0
@@ -132,33 +125,29 @@ def _allocation_name(v: Variant) -> str:
     return v.allocation if v.allocation == "uniform" else f"adjusted ({v.score})"
 
 
-def _claims(report: Report, setting: Setting, ppl: dict, errors: dict) -> None:
+def _claims(report: Report, setting: Settings, ppl: dict, errors: dict) -> None:
     ranks = setting.ranks
     report.claim(
         "care_e_ppl_below_svd", "CARE-E (adjusted ranks, paper score) has lower perplexity than plain SVD at every r: max over r of PPL(CARE-E) / PPL(SVD)",
-        max(ppl[CARE_E, r] / ppl[SVD, r] for r in ranks), "<", 1.0,
-    )
+        max(ppl[CARE_E, r] / ppl[SVD, r] for r in ranks), "<", 1.0, kind=ClaimKind.PAPER)
     report.claim(
         "care_u_ppl_below_svd", "CARE-U (uniform ranks) has lower perplexity than plain SVD at every r: max over r of PPL(CARE-U) / PPL(SVD)",
-        max(ppl[CARE_U, r] / ppl[SVD, r] for r in ranks), "<", 1.0,
-    )
+        max(ppl[CARE_U, r] / ppl[SVD, r] for r in ranks), "<", 1.0, kind=ClaimKind.PAPER)
     worst = max(
         max(c.k / s.k, c.v / s.v) for r in ranks for c, s in zip(errors[CARE_U, r], errors[SVD, r])
     )
     report.claim(
         "care_activation_error_le_svd_every_layer",
         "CARE's held-out activation error is at most plain SVD's in every layer, for K and V, at every r (same uniform ranks): max ratio",
-        worst, "<=", 1.0,
-    )
+        worst, "<=", 1.0, kind=ClaimKind.PAPER)
     low = ranks[:2]
     report.claim(
         "care_e_le_care_u_low_ranks",
         f"the card's third check: adjusted ranks do not hurt at the lower ranks r in {list(low)}: max PPL(CARE-E) / PPL(CARE-U)",
-        max(ppl[CARE_E, r] / ppl[CARE_U, r] for r in low), "<=", 1.0,
-    )
+        max(ppl[CARE_E, r] / ppl[CARE_U, r] for r in low), "<=", 1.0, kind=ClaimKind.PAPER)
 
 
-def _layer_table(report: Report, setting: Setting, errors: dict, profiles: dict) -> None:
+def _layer_table(report: Report, setting: Settings, errors: dict, profiles: dict) -> None:
     r = setting.timed_rank
     table = report.table(
         f"Per-layer held-out activation error and CARE-E ranks at r = {r}",
@@ -170,7 +159,7 @@ def _layer_table(report: Report, setting: Setting, errors: dict, profiles: dict)
                   code_K_rank=profiles[CARE_E_CODE, r][0][i], code_V_rank=profiles[CARE_E_CODE, r][1][i])
 
 
-def _timing_table(report: Report, timing: dict, setting: Setting) -> None:
+def _timing_table(report: Report, timing: dict, setting: Settings) -> None:
     care_total = timing["calibration"] + timing["decompose care"] + timing["allocate + install CARE-E"]
     table = report.table("Conversion time (s, this machine; evaluation excluded)", ["step", "seconds"])
     for step, seconds in timing.items():
@@ -178,7 +167,7 @@ def _timing_table(report: Report, timing: dict, setting: Setting) -> None:
     table.add(step=f"CARE-E conversion at r={setting.timed_rank}, end to end (target < 60 s)", seconds=round(care_total, 2))
 
 
-def _plot_perplexity(setting: Setting, kv_width: int, ppl: dict, original: float):
+def _plot_perplexity(setting: Settings, kv_width: int, ppl: dict, original: float):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -194,7 +183,7 @@ def _plot_perplexity(setting: Setting, kv_width: int, ppl: dict, original: float
     return fig
 
 
-def _plot_profile(setting: Setting, profiles: dict):
+def _plot_profile(setting: Settings, profiles: dict):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(setting.ranks), figsize=(4 * len(setting.ranks), 3.5), sharey=False)
@@ -212,7 +201,7 @@ def _plot_profile(setting: Setting, profiles: dict):
     return fig
 
 
-def _plot_errors(setting: Setting, errors: dict):
+def _plot_errors(setting: Settings, errors: dict):
     import matplotlib.pyplot as plt
 
     r = setting.timed_rank
@@ -228,7 +217,7 @@ def _plot_errors(setting: Setting, errors: dict):
     return fig
 
 
-def _notes(report: Report, setting: Setting, original_ppl: float) -> None:
+def _notes(report: Report, setting: Settings, original_ppl: float) -> None:
     report.note(
         f"Original model perplexity {original_ppl:.3f} on {setting.eval_windows} eval windows of {setting.eval_seq_len} tokens; "
         f"calibration {setting.calib_samples} x {setting.calib_seq_len} tokens; held-out activation errors from "

@@ -98,12 +98,3 @@ def topic_generation(tokenizer, split: str, count: int, words: int) -> TopicProm
         prompt = tokenizer("Text: " + " ".join(text.split()[:words]) + "\nTopic:", add_special_tokens=False)["input_ids"]
         examples.append(with_answer(prompt, answers[label]))
     return TopicPrompts(examples, list(task.labels), first)
-
-
-def pad_batch(seqs: list[torch.Tensor], value: float | int) -> torch.Tensor:
-    """Right-pad [T_i, ...] tensors to [B, T_max, ...]. Causal models never look right, so no mask is needed."""
-    width = max(s.size(0) for s in seqs)
-    out = torch.full((len(seqs), width, *seqs[0].shape[1:]), value, dtype=seqs[0].dtype)
-    for i, s in enumerate(seqs):
-        out[i, : s.size(0)] = s
-    return out

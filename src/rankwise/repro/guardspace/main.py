@@ -11,30 +11,51 @@ same on 8 held-out prompts of the theme, and task accuracy / loss on held-out ar
 
 from __future__ import annotations
 
-import copy
 import statistics as stats_
+from dataclasses import dataclass
 
 import torch
 
 from rankwise.adapters import AdaptedModel, LoraConfig, find_targets
 from rankwise.adapters.guardspace import GuardSpaceConfig
 from rankwise.core.calibration import collect_second_moments
+from rankwise.core.evidence import ClaimKind
+from rankwise.core.padding import pad_batch
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.repro.guardspace.data import (
-    GARDENING_PROMPTS, OVERWRITE_ANSWER, Sequence_, chat_prompt, greedy_continuations, pad_batch, topic_generation, with_answer,
+    GARDENING_PROMPTS, OVERWRITE_ANSWER, Sequence_, chat_prompt, greedy_continuations, topic_generation, with_answer,
 )
-from rankwise.repro.guardspace.runner import TopRunner
+from rankwise.repro.setup import BySize, experiment_model
 from rankwise.training import TrainConfig, train
+from rankwise.training.frozen_prefix import IGNORE_INDEX, FrozenPrefixRunner
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-SETTINGS = {
-    "smoke": dict(top_layers=1, rank=4, protected=2, heldout=1, train=8, eval=6, overwrite=1, words=6, new_tokens=3,
-                  steps=2, batch=4, lr=1e-3),
-    "full": dict(top_layers=8, rank=8, protected=16, heldout=8, train=200, eval=120, overwrite=20, words=20, new_tokens=12,
-                 steps=80, batch=4, lr=1e-3),
-}
+
+
+@dataclass(frozen=True)
+class Settings:
+    top_layers: int  # adapters on the top layers only (the prefix below them is computed once and cached)
+    rank: int
+    protected: int  # protected prompts
+    heldout: int  # held-out prompts of the protected theme
+    train: int  # task examples
+    eval: int
+    overwrite: int  # examples that try to overwrite the protected answers
+    words: int
+    new_tokens: int
+    steps: int
+    batch: int
+    lr: float
+
+
+SIZES = BySize(
+    smoke=Settings(top_layers=1, rank=4, protected=2, heldout=1, train=8, eval=6, overwrite=1, words=6, new_tokens=3,
+                   steps=2, batch=4, lr=1e-3),
+    full=Settings(top_layers=8, rank=8, protected=16, heldout=8, train=200, eval=120, overwrite=20, words=20, new_tokens=12,
+                  steps=80, batch=4, lr=1e-3),
+)
 VARIANTS = {  # name -> config factory (rank r); LoRA's alpha = 2r for all (scaling 2)
     "LoRA": lambda r, layers: LoraConfig(r=r, lora_alpha=2 * r, target_modules=TARGETS, layers_to_transform=layers),
     "init only (no P)": lambda r, layers: GuardSpaceConfig(r=r, lora_alpha=2 * r, projector=False, target_modules=TARGETS, layers_to_transform=layers),
@@ -50,7 +71,7 @@ class CachedTask:
     metric = "accuracy"
     higher_is_better = True
 
-    def __init__(self, runner: TopRunner, train_h: list[torch.Tensor], train_seqs: list[Sequence_], evaluate) -> None:
+    def __init__(self, runner: FrozenPrefixRunner, train_h: list[torch.Tensor], train_seqs: list[Sequence_], evaluate) -> None:
         self.runner, self.train_h, self.train_seqs, self._evaluate = runner, train_h, train_seqs, evaluate
 
     @property
@@ -59,7 +80,7 @@ class CachedTask:
 
     def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         idx = indices.tolist()
-        return {"h": pad_batch([self.train_h[i] for i in idx], 0.0), "targets": pad_batch([self.train_seqs[i].targets for i in idx], -100)}
+        return {"h": pad_batch([self.train_h[i] for i in idx], 0.0), "targets": pad_batch([self.train_seqs[i].targets for i in idx], IGNORE_INDEX)}
 
     def loss(self, module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.runner.loss(batch["h"], batch["targets"])
@@ -68,13 +89,12 @@ class CachedTask:
         return self._evaluate()
 
 
-def _load(size: str, seed: int):
-    from rankwise.models import load_model, load_smollm2_tokenizer, tiny_llama
+def _ids(seqs: list[Sequence_]) -> list[torch.Tensor]:
+    return [s.ids for s in seqs]
 
-    if size == "full":
-        return load_model("smollm2-135m")
-    model = tiny_llama(seed=seed, hidden_size=128, intermediate_size=256, num_layers=2, num_heads=4, num_kv_heads=2)
-    return model, load_smollm2_tokenizer()
+
+def _targets(seqs: list[Sequence_]) -> list[torch.Tensor]:
+    return [s.targets for s in seqs]
 
 
 def _drift(base: list[torch.Tensor], tuned: list[torch.Tensor], seqs: list[Sequence_]) -> tuple[float, float]:
@@ -83,49 +103,50 @@ def _drift(base: list[torch.Tensor], tuned: list[torch.Tensor], seqs: list[Seque
     for b, t, s in zip(base, tuned, seqs):
         lb, lt = b.log_softmax(-1), t.log_softmax(-1)
         kls.append(float((lb.exp() * (lb - lt)).sum(-1).mean()))
-        exact.append(bool((t.argmax(-1) == s.targets[s.targets != -100]).all()))
+        exact.append(bool((t.argmax(-1) == s.targets[s.targets != IGNORE_INDEX]).all()))
     return stats_.fmean(kls), stats_.fmean(exact)
 
 
 def run(size: str = "smoke", seed: int = 0) -> Report:
-    s = SETTINGS[size]
+    s = SIZES[size]
     report = Report("guardspace", "GuardSpace: protected outputs survive fine-tuning that tries to overwrite them", size, seed)
     set_seed(seed)
-    model, tok = _load(size, seed)
+    model, tok = experiment_model("smollm2-135m", size, seed, hidden_size=128, intermediate_size=256, num_layers=2,
+                                  num_heads=4, num_kv_heads=2)
     n_layers = model.config.num_hidden_layers
-    start = n_layers - s["top_layers"]
+    start = n_layers - s.top_layers
     layers = list(range(start, n_layers))
-    runner = TopRunner(model, start)
+    runner = FrozenPrefixRunner(model, start)
 
     # Protected behaviour: the base model's own greedy answers (prompt and answer tokens are both protected).
-    prompts = [chat_prompt(tok, q) for q in GARDENING_PROMPTS[: s["protected"] + s["heldout"]]]
-    answers = greedy_continuations(model, prompts, s["new_tokens"])
+    prompts = [chat_prompt(tok, q) for q in GARDENING_PROMPTS[: s.protected + s.heldout]]
+    answers = greedy_continuations(model, prompts, s.new_tokens)
     chat = [with_answer(p, a) for p, a in zip(prompts, answers)]
-    protected, heldout = chat[: s["protected"]], chat[s["protected"] :]
+    protected, heldout = chat[: s.protected], chat[s.protected :]
     overwrite_ids = tok(OVERWRITE_ANSWER, add_special_tokens=False)["input_ids"]
-    overwrite = [with_answer(prompts[i % s["protected"]], overwrite_ids) for i in range(s["overwrite"])]
-    task_train = topic_generation(tok, "train", s["train"], s["words"])
-    task_eval = topic_generation(tok, "eval", s["eval"], s["words"])
+    overwrite = [with_answer(prompts[i % s.protected], overwrite_ids) for i in range(s.overwrite)]
+    task_train = topic_generation(tok, "train", s.train, s.words)
+    task_eval = topic_generation(tok, "eval", s.eval, s.words)
     train_seqs = task_train.examples + overwrite
 
     say("caching prefix states")
-    train_h, eval_h = runner.prefix(train_seqs), runner.prefix(task_eval.examples)
-    prot_h, held_h = runner.prefix(protected), runner.prefix(heldout)
+    train_h, eval_h = runner.prefix(_ids(train_seqs)), runner.prefix(_ids(task_eval.examples))
+    prot_h, held_h = runner.prefix(_ids(protected)), runner.prefix(_ids(heldout))
     with torch.no_grad():  # the frozen-prefix path must compute what the full model computes
         full = model(input_ids=protected[0].ids[None]).logits[0]
         part = model.lm_head(runner.top(prot_h[0][None]))[0]
         prefix_error = float((full - part).abs().max() / full.abs().max())
-    base_prot, base_held = runner.per_sequence_logits(prot_h, protected), runner.per_sequence_logits(held_h, heldout)
+    base_prot, base_held = runner.per_sequence_logits(prot_h, _targets(protected)), runner.per_sequence_logits(held_h, _targets(heldout))
 
     def evaluate() -> dict[str, float]:
-        logits = runner.per_sequence_logits(eval_h, task_eval.examples)
+        logits = runner.per_sequence_logits(eval_h, _targets(task_eval.examples))
         first = torch.stack([lg[0, task_eval.label_first_tokens] for lg in logits])
         labels = torch.tensor(task_eval.labels)
-        nll = [float(torch.nn.functional.cross_entropy(lg, ex.targets[ex.targets != -100])) for lg, ex in zip(logits, task_eval.examples)]
+        nll = [float(torch.nn.functional.cross_entropy(lg, ex.targets[ex.targets != IGNORE_INDEX])) for lg, ex in zip(logits, task_eval.examples)]
         return {"accuracy": float((first.argmax(-1) == labels).float().mean()), "eval_loss": stats_.fmean(nll)}
 
     base_task = evaluate()
-    names = find_targets(model, VARIANTS["GuardSpace"](s["rank"], layers))
+    names = find_targets(model, VARIANTS["GuardSpace"](s.rank, layers))
     statistics = collect_second_moments(model, names, [p.ids[None] for p in protected], desc="protected statistics")
     protected_tokens = sum(len(p) for p in protected)
 
@@ -140,13 +161,13 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     null_dims: list[int] = []
     for name, factory in VARIANTS.items():
         set_seed(seed)
-        adapted.add_adapter("run", factory(s["rank"], layers), statistics=statistics)
+        adapted.add_adapter("run", factory(s.rank, layers), statistics=statistics)
         if name == "GuardSpace":
             null_dims = [a.null_dim for a in adapted.adapters_of("run").values()]
         task = CachedTask(runner, train_h, train_seqs, evaluate)
-        result = train(adapted, task, TrainConfig(steps=s["steps"], batch_size=s["batch"], lr=s["lr"], seed=seed))
-        kl_p, em_p = _drift(base_prot, runner.per_sequence_logits(prot_h, protected), protected)
-        kl_h, em_h = _drift(base_held, runner.per_sequence_logits(held_h, heldout), heldout)
+        result = train(adapted, task, TrainConfig(steps=s.steps, batch_size=s.batch, lr=s.lr, seed=seed))
+        kl_p, em_p = _drift(base_prot, runner.per_sequence_logits(prot_h, _targets(protected)), protected)
+        kl_h, em_h = _drift(base_held, runner.per_sequence_logits(held_h, _targets(heldout)), heldout)
         rows[name] = dict(method=name, trainable=adapted.count_parameters().trainable, task_accuracy=result.final["accuracy"],
                           task_eval_loss=result.final["eval_loss"], protected_KL=kl_p, protected_exact=em_p, heldout_KL=kl_h,
                           heldout_exact=em_h, final_train_loss=result.losses[-1], train_s=result.wall_s)
@@ -156,23 +177,23 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     g, lora, init_only, proj_only = rows["GuardSpace"], rows["LoRA"], rows["init only (no P)"], rows["projector only (LoRA init)"]
     tiny = 1e-12  # keeps ratios finite when GuardSpace's drift is exactly zero
     report.claim("guardspace_preserves_protected", "GuardSpace: mean KL(base||tuned) on the protected answers stays ~0 (<= 1e-3 nats/token)",
-                 g["protected_KL"], "<=", 1e-3)
-    report.claim("guardspace_keeps_answers", "GuardSpace: fraction of protected prompts whose greedy answer is unchanged", g["protected_exact"], ">=", 0.9)
+                 g["protected_KL"], "<=", 1e-3, kind=ClaimKind.PAPER)
+    report.claim("guardspace_keeps_answers", "GuardSpace: fraction of protected prompts whose greedy answer is unchanged", g["protected_exact"], ">=", 0.9, kind=ClaimKind.PAPER)
     report.claim("lora_drifts", "LoRA's protected KL is >= 10x GuardSpace's (the overwrite data changes LoRA's answers)",
-                 lora["protected_KL"] / max(g["protected_KL"], tiny), ">=", 10.0)
+                 lora["protected_KL"] / max(g["protected_KL"], tiny), ">=", 10.0, kind=ClaimKind.PAPER)
     report.claim("task_comparable", "GuardSpace task accuracy minus LoRA's (comparable utility: >= -0.05)",
-                 g["task_accuracy"] - lora["task_accuracy"], ">=", -0.05)
+                 g["task_accuracy"] - lora["task_accuracy"], ">=", -0.05, kind=ClaimKind.PAPER)
     report.claim("projector_carries_protection", "ablation: without P (init only) the protected KL is >= 10x GuardSpace's",
-                 init_only["protected_KL"] / max(g["protected_KL"], tiny), ">=", 10.0)
+                 init_only["protected_KL"] / max(g["protected_KL"], tiny), ">=", 10.0, kind=ClaimKind.PAPER)
     report.claim("init_helps_utility", "ablation: GuardSpace task eval loss minus projector-only's (the init helps: <= 0)",
-                 g["task_eval_loss"] - proj_only["task_eval_loss"], "<=", 0.0)
+                 g["task_eval_loss"] - proj_only["task_eval_loss"], "<=", 0.0, kind=ClaimKind.PAPER)
     report.claim("heldout_drift_lower", "held-out prompts of the theme: GuardSpace KL / LoRA KL (thresholded P generalises: < 1)",
-                 g["heldout_KL"] / max(lora["heldout_KL"], tiny), "<", 1.0)
+                 g["heldout_KL"] / max(lora["heldout_KL"], tiny), "<", 1.0, kind=ClaimKind.PAPER)
 
     report.note(f"Model: {'SmolLM2-135M-Instruct' if size == 'full' else 'tiny random Llama'}; adapters on "
-                f"{', '.join(TARGETS)} of layers {start}..{n_layers - 1}, rank {s['rank']}, alpha {2 * s['rank']}; "
-                f"{s['steps']} AdamW steps, batch {s['batch']}, lr {s['lr']} (warmup 10% + cosine, clip 1.0), seed {seed}.")
-    report.note(f"Protected set: {len(protected)} chat prompts + the base model's {s['new_tokens']}-token greedy answers "
+                f"{', '.join(TARGETS)} of layers {start}..{n_layers - 1}, rank {s.rank}, alpha {2 * s.rank}; "
+                f"{s.steps} AdamW steps, batch {s.batch}, lr {s.lr} (warmup 10% + cosine, clip 1.0), seed {seed}.")
+    report.note(f"Protected set: {len(protected)} chat prompts + the base model's {s.new_tokens}-token greedy answers "
                 f"({protected_tokens} tokens); held-out: {len(heldout)} prompts of the same theme. Fine-tuning data: "
                 f"{len(task_train.examples)} topic examples + {len(overwrite)} overwrite examples answering "
                 f"{OVERWRITE_ANSWER!r}.")

@@ -20,17 +20,21 @@ from dataclasses import dataclass
 
 import torch
 
+from rankwise.adapters import adapt
+from rankwise.core.arms import select_from_scores
+from rankwise.core.evidence import ClaimKind, PairedClaim, SampleClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.data import topic_task
 from rankwise.optim import optimizer_state_bytes
-from rankwise.training import ClassificationTask, TrainConfig, adapt, train
+from rankwise.repro.setup import BySize, experiment_model
+from rankwise.training import ClassificationTask, TrainConfig, train
 from rankwise.training.optimizers import adamw, lora_pre
 
 
 @dataclass(frozen=True)
-class FinetuneSetup:
+class FinetuneSettings:
     train: int  # training examples (articles)
     val: int  # validation examples: other training-split articles, for the learning-rate pick
     eval: int  # held-out examples (eval split)
@@ -43,28 +47,15 @@ class FinetuneSetup:
     seeds: int
 
 
-SETUPS = {
-    "smoke": FinetuneSetup(train=32, val=16, eval=16, max_length=16, steps=3, batch=4, rank=2,
+FINETUNE_SIZES = BySize(
+    smoke=FinetuneSettings(train=32, val=16, eval=16, max_length=16, steps=3, batch=4, rank=2,
                            full_lrs=(1e-4,), lora_lrs=(1e-3,), seeds=1),
-    "full": FinetuneSetup(train=1600, val=400, eval=400, max_length=24, steps=100, batch=8, rank=8,
+    full=FinetuneSettings(train=1600, val=400, eval=400, max_length=24, steps=100, batch=8, rank=8,
                           full_lrs=(1e-4, 3e-4), lora_lrs=(1e-3, 3e-3), seeds=2),
-}
+)
 
 
-def _load(size: str):
-    if size == "full":
-        from rankwise.models import load_model
-
-        return load_model("minilm-l6")
-    from transformers import AutoTokenizer
-
-    from rankwise.models import tiny_bert
-    from rankwise.models.minilm import minilm_folder
-
-    return tiny_bert(seed=0), AutoTokenizer.from_pretrained(minilm_folder())
-
-
-def _tasks(tokenizer, s: FinetuneSetup) -> tuple[ClassificationTask, ClassificationTask]:
+def _tasks(tokenizer, s: FinetuneSettings) -> tuple[ClassificationTask, ClassificationTask]:
     """(task evaluating on the eval split, task evaluating on validation); both train on the same examples."""
     pool, held_out = topic_task("train"), topic_task("eval", s.eval)
     stride = max(2, len(pool.texts) // s.train)
@@ -78,13 +69,13 @@ def _tasks(tokenizer, s: FinetuneSetup) -> tuple[ClassificationTask, Classificat
     return main, val
 
 
-def _arms(s: FinetuneSetup) -> dict[str, tuple[str, tuple[float, ...]]]:
+def _arms(s: FinetuneSettings) -> dict[str, tuple[str, tuple[float, ...]]]:
     r = s.rank
     return {"AdamW (full FT)": ("adamw", s.full_lrs), f"LoRA-Pre r={r} (full FT)": ("lora-pre", s.full_lrs),
             f"LoRA r={r} + AdamW": ("lora", s.lora_lrs)}
 
 
-def _run_arm(kind: str, base, task: ClassificationTask, s: FinetuneSetup, lr: float, seed: int, **lora_pre_options):
+def _run_arm(kind: str, base, task: ClassificationTask, s: FinetuneSettings, lr: float, seed: int, **lora_pre_options):
     set_seed(seed)  # the same head initialisation (and LoRA draws) for every arm at this seed
     model = copy.deepcopy(base)
     if kind == "lora":
@@ -119,13 +110,23 @@ def _row(arm: str, lr: float, seed: int, result, params: int, state: tuple[int, 
             "train s": result.wall_s}
 
 
+def declare_finetune_claims(report: Report, size: str) -> None:
+    r = FINETUNE_SIZES[size].rank
+    report.declare(PairedClaim(
+        "finetune-beats-lora", f"fine-tuning: per-seed held-out accuracy of LoRA-Pre (state rank {r}) minus a rank-{r} "
+        "LoRA adapter's, in points (paper: +3.14 on Llama-3.1-8B, +6.17 on Llama-2-7B)", ">", 0.0, kind=ClaimKind.PAPER))
+    report.declare(SampleClaim(
+        "finetune-near-adamw", f"fine-tuning: per-seed held-out accuracy of LoRA-Pre (state rank {r}) / full-state AdamW's "
+        "(within 2%)", ">=", 0.98, kind=ClaimKind.PAPER))
+
+
 def finetune_experiment(report: Report, size: str, seed: int) -> None:
-    """Adds the fine-tuning tables and claims to `report`."""
-    _experiment(report, SETUPS[size], size, seed)
+    """Adds the fine-tuning tables and measures the claims `declare_finetune_claims` declared."""
+    _experiment(report, FINETUNE_SIZES[size], size, seed)
 
 
-def _experiment(report: Report, s: FinetuneSetup, size: str, seed: int) -> None:
-    base, tokenizer = _load(size)
+def _experiment(report: Report, s: FinetuneSettings, size: str, seed: int) -> None:
+    base, tokenizer = experiment_model("minilm-l6", size, 0)
     task, val_task = _tasks(tokenizer, s)
     say(f"[lora-pre] fine-tuning MiniLM on wiki-topics: {task.num_train} examples, {s.steps} steps, rank {s.rank}")
     runs = report.table(
@@ -136,17 +137,19 @@ def _experiment(report: Report, s: FinetuneSetup, size: str, seed: int) -> None:
     # arm -> (lr, held-out accuracies, (state bytes, weight-matrix state bytes), trainable params)
     chosen: dict[str, tuple[float, list[float], tuple[int, int], int]] = {}
     for arm, (kind, lrs) in _arms(s).items():
-        best = None
+        candidates = []
         for lr in lrs:
             classifier, result, params = _run_arm(kind, base, task, s, lr, seed)
             val = val_task.evaluate(classifier)
             state = (optimizer_state_bytes(result.optimizer), weight_matrix_state_bytes(classifier, result.optimizer))
             runs.add(**_row(arm, lr, seed, result, params, state, val))
             say(f"[lora-pre] {arm} lr={lr:g}: validation {val['accuracy']:.3f}, held-out {result.final['accuracy']:.3f}")
-            key = (val["accuracy"], -val["eval_loss"])
-            if best is None or key > best[0]:
-                best = (key, lr, [result.final["accuracy"]], state, params)
-        _, lr, accs, state, params = best
+            candidates.append((val, lr, [result.final["accuracy"]], state, params))
+        # Validation accuracy decides; its loss breaks ties (accuracy moves in steps of 1/val examples).
+        selection = select_from_scores(lrs, [c[0]["accuracy"] - 1e-6 * c[0]["eval_loss"] for c in candidates],
+                                       higher_is_better=True, param="lr")
+        _, lr, accs, state, params = candidates[selection.chosen_index]
+        report.record_arm(arm, selection, {"steps": s.steps, "batch": s.batch, "trainable_params": params})
         for extra in range(1, s.seeds):
             _, result, _ = _run_arm(kind, base, task, s, lr, seed + extra)
             accs.append(result.final["accuracy"])
@@ -172,12 +175,10 @@ def _experiment(report: Report, s: FinetuneSetup, size: str, seed: int) -> None:
         summary.add(arm=arm, lr=lr, seeds=len(accs), **{
             "mean accuracy": mean[arm], "min accuracy": min(accs), "max accuracy": max(accs), "optimizer state bytes": state[0],
             "state / AdamW": state[0] / adamw_state[0], "weight-matrix state / AdamW": state[1] / adamw_state[1]})
-    lp, lora, full = mean[f"LoRA-Pre r={r} (full FT)"], mean[f"LoRA r={r} + AdamW"], mean["AdamW (full FT)"]
-    report.claim("finetune-beats-lora",
-                 f"fine-tuning: LoRA-Pre (state rank {r}) minus a rank-{r} LoRA adapter, mean held-out accuracy in points "
-                 "(paper: +3.14 on Llama-3.1-8B, +6.17 on Llama-2-7B)", 100 * (lp - lora), ">=", 0.0)
-    report.claim("finetune-near-adamw",
-                 f"fine-tuning: LoRA-Pre (state rank {r}) held-out accuracy / full-state AdamW's (within 2%)", lp / full, ">=", 0.98)
+    lp_accs, lora_accs, full_accs = (chosen[a][1] for a in (f"LoRA-Pre r={r} (full FT)", f"LoRA r={r} + AdamW", "AdamW (full FT)"))
+    report.measure_paired("finetune-beats-lora", [100 * a for a in lp_accs], [100 * a for a in lora_accs])
+    report.measure("finetune-near-adamw", [a / b for a, b in zip(lp_accs, full_accs)])
+    report.check_budgets_matched(["steps", "batch"])
     report.note(
         "Full fine-tuning trains every encoder layer (all linear weights, biases, LayerNorms) and the head; the embeddings "
         "stay frozen in every arm, as under LoRA, so the arms adapt the same layers and their optimizer states compare "

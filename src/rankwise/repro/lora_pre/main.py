@@ -4,7 +4,8 @@
     close to the best rank-r approximation of the exact EMA, while GaLore's periodically refreshed projection lags.
 (B) Pretraining: a small Llama (SmolLM2 tokenizer and architecture, tied embeddings, random init) trained from
     scratch on the wiki train split with AdamW, GaLore at rank r, and LoRA-Pre at ranks r and r/8, at the same
-    token budget, batches and schedule. Each optimizer gets the same small learning-rate sweep; the learning rate
+    token budget, batches and schedule (the training harness, `rankwise.training.train`, on a language-modelling
+    task over the token windows). Each optimizer gets the same small learning-rate sweep; the learning rate
     is chosen on the calibration split and the held-out loss is reported on the eval split.
 (C) Fine-tuning (`lora_pre_finetune`): LoRA-Pre full fine-tuning of MiniLM vs AdamW and vs a LoRA adapter of the
     same rank, on the adapter harness's wiki-topics task.
@@ -12,27 +13,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from rankwise.core.evidence import ClaimKind
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.data import token_windows
 from rankwise.eval.perplexity import perplexity
 from rankwise.models import load_smollm2_tokenizer, tiny_llama
-from rankwise.optim import LoRAPre, galore_adamw, low_rank_param_groups, optimizer_state_bytes, split_low_rank_params
-from rankwise.optim.lm_pretraining import PretrainRun, pretrain_causal_lm
+from rankwise.optim import optimizer_state_bytes, split_low_rank_params
+from rankwise.repro.lora_pre.finetune import declare_finetune_claims, finetune_experiment
 from rankwise.repro.lora_pre.tracking import TrackingResult, track_drifting_momentum
-from rankwise.repro.lora_pre.finetune import finetune_experiment
+from rankwise.repro.setup import BySize
+from rankwise.training import LanguageModelingTask, TrainConfig, TrainResult, train
+from rankwise.training.optimizers import OptimizerFactory, adamw, galore, lora_pre
 
 TITLE = "Taming Momentum: Rethinking Optimizer States Through Low-Rank Approximation"
 
 
 @dataclass(frozen=True)
-class Setup:
+class Settings:
     # (A) tracking
     track_dim: int
     track_true_rank: int
@@ -55,21 +58,23 @@ class Setup:
     train_split: str = "train"
 
 
-SETUPS = {
+SIZES = BySize(
     # smoke trains on the small calibration split (plumbing only; tokenizing the train split takes seconds)
-    "smoke": Setup(32, 4, 100, 25, hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seq_len=32, batch=2,
+    smoke=Settings(32, 4, 100, 25, hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seq_len=32, batch=2,
                    steps=3, rank=8, lrs=(3e-3,), eval_windows=2, val_windows=2, eval_every=2, train_split="calibration"),
-    "full": Setup(256, 8, 2000, 200, hidden=160, layers=4, heads=5, kv_heads=5, intermediate=432, seq_len=128,
+    full=Settings(256, 8, 2000, 200, hidden=160, layers=4, heads=5, kv_heads=5, intermediate=432, seq_len=128,
                   batch=8, steps=60, rank=32, lrs=(3e-3, 1e-2), eval_windows=48, val_windows=24, eval_every=20),
-}
+)
 GALORE_SCALE = 0.25  # GaLore's default scale for LLaMA pretraining
 GALORE_REFRESHES = 6  # projector refreshes per run (the card: gap 200 over 1200 steps)
+WARMUP_RATIO, MIN_LR_RATIO, CLIP_NORM = 0.1, 0.1, 1.0  # warmup 10%, cosine to 10% of the peak, clipping at norm 1
 
 
 def run(size: str = "smoke", seed: int = 0) -> Report:
     """Run both experiments at `size` ('smoke': seconds; 'full': minutes on 2 CPU cores) and return the report."""
     report = Report(slug="lora-pre", title=TITLE, size=size, seed=seed)
-    setup = SETUPS[size]
+    setup = SIZES[size]
+    declare_finetune_claims(report, size)
     set_seed(seed)
     runs = _pretraining_experiment(report, setup, seed)
     tracking = _tracking_experiment(report, setup, seed)
@@ -94,7 +99,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
 # ---- (A) tracking a drifting momentum ------------------------------------------------------------------------------
 
 
-def _tracking_experiment(report: Report, s: Setup, seed: int) -> TrackingResult:
+def _tracking_experiment(report: Report, s: Settings, seed: int) -> TrackingResult:
     say(f"[lora-pre] tracking a drifting rank-{s.track_true_rank} EMA ({s.track_dim}x{s.track_dim}, {s.track_steps} steps)")
     result = track_drifting_momentum(
         dim=s.track_dim, true_rank=s.track_true_rank, rank=s.track_true_rank, steps=s.track_steps,
@@ -110,41 +115,47 @@ def _tracking_experiment(report: Report, s: Setup, seed: int) -> TrackingResult:
     report.claim(
         "tracking-near-oracle",
         "LoRA-Pre's rank-r momentum error stays near the best rank-r approximation's (ratio of mean errors)",
-        means["lora-pre"] / means["oracle"], "<=", 1.5,
-    )
+        means["lora-pre"] / means["oracle"], "<=", 1.5, kind=ClaimKind.PAPER)
     report.claim(
         "tracking-beats-galore",
         "LoRA-Pre tracks the drifting EMA better than GaLore's refreshed projection (ratio of mean errors)",
-        means["lora-pre"] / means["galore"], "<", 1.0,
-    )
+        means["lora-pre"] / means["galore"], "<", 1.0, kind=ClaimKind.PAPER)
     return result
 
 
 # ---- (B) pretraining -----------------------------------------------------------------------------------------------
 
 
-def _optimizers(s: Setup) -> dict[str, Callable[[torch.nn.Module, float, int], torch.optim.Optimizer]]:
+def _optimizers(s: Settings) -> dict[str, OptimizerFactory]:
+    """The harness's optimizer factories (lr, weight decay 0 and seed come from the TrainConfig)."""
     r, r8 = s.rank, max(1, s.rank // 8)
     gap = max(1, s.steps // GALORE_REFRESHES)
     return {
-        "AdamW": lambda model, lr, seed: torch.optim.AdamW(model.parameters(), lr=lr, eps=1e-8, weight_decay=0.0, foreach=False),
-        f"GaLore r={r}": lambda model, lr, seed: galore_adamw(model, lr, r, update_proj_gap=gap, scale=GALORE_SCALE),
-        f"LoRA-Pre r={r}": lambda model, lr, seed: LoRAPre(low_rank_param_groups(model, r), lr=lr, weight_decay=0.0, seed=seed),
-        f"LoRA-Pre r={r8}": lambda model, lr, seed: LoRAPre(low_rank_param_groups(model, r8), lr=lr, weight_decay=0.0, seed=seed),
+        "AdamW": adamw(),
+        f"GaLore r={r}": galore(r, update_proj_gap=gap, scale=GALORE_SCALE),
+        f"LoRA-Pre r={r}": lora_pre(r),
+        f"LoRA-Pre r={r8}": lora_pre(r8),
     }
 
 
-def _model(s: Setup, seed: int) -> torch.nn.Module:
+def _config(s: Settings, lr: float, seed: int) -> TrainConfig:
+    """The one schedule every optimizer gets: same steps, batch (and seeded batch order), warmup, floor, clipping."""
+    return TrainConfig(steps=s.steps, batch_size=s.batch, lr=lr, weight_decay=0.0, warmup_ratio=WARMUP_RATIO,
+                       min_lr_ratio=MIN_LR_RATIO, max_grad_norm=CLIP_NORM, eval_every=s.eval_every, seed=seed)
+
+
+def pretraining_model(s: Settings, seed: int) -> torch.nn.Module:
+    """The freshly initialised Llama that experiment (B) pretrains at setup `s` (benchmarks/bench_lora_pre.py too)."""
     return tiny_llama(seed, hidden_size=s.hidden, num_layers=s.layers, num_heads=s.heads, num_kv_heads=s.kv_heads,
                       intermediate_size=s.intermediate, tie_word_embeddings=True)
 
 
-def _pretraining_experiment(report: Report, s: Setup, seed: int) -> dict[str, PretrainRun]:
+def _pretraining_experiment(report: Report, s: Settings, seed: int) -> dict[str, TrainResult]:
     tokenizer = load_smollm2_tokenizer()
-    train = token_windows(tokenizer, s.train_split, s.seq_len)
+    train_windows = token_windows(tokenizer, s.train_split, s.seq_len)
     val = token_windows(tokenizer, "calibration", s.seq_len, s.val_windows)
     held_out = token_windows(tokenizer, "eval", s.seq_len, s.eval_windows)
-    probe = _model(s, seed)
+    probe = pretraining_model(s, seed)
     n_params = sum(p.numel() for p in probe.parameters())
     low, _ = split_low_rank_params(probe)
     n_low = sum(p.numel() for _, p in low)
@@ -153,20 +164,19 @@ def _pretraining_experiment(report: Report, s: Setup, seed: int) -> dict[str, Pr
 
     sweep = report.table("Learning-rate sweep (same grid for every optimizer)",
                          ["optimizer", "lr", "validation loss", "held-out loss", "wall s"])
-    best: dict[str, tuple[float, float, PretrainRun, int, int]] = {}  # name -> (val, lr, run, state bytes, matrix bytes)
+    best: dict[str, tuple[float, float, TrainResult, int, int]] = {}  # name -> (val, lr, run, state bytes, matrix bytes)
     # lr-major order: every optimizer's first lr before any second one, so an interrupted run still compares them all
     for lr in s.lrs:
-        for name, make in _optimizers(s).items():
-            model = _model(s, seed)
-            optimizer = make(model, lr, seed)
-            run_ = pretrain_causal_lm(model, optimizer, train, held_out, steps=s.steps, batch_size=s.batch,
-                                      eval_every=s.eval_every, seed=seed, desc=f"{name} lr={lr:g}")
+        for name, factory in _optimizers(s).items():
+            model = pretraining_model(s, seed)
+            task = LanguageModelingTask(train_windows, held_out, eval_batch_size=8, name=f"pretrain {name} lr={lr:g}")
+            run_ = train(model, task, _config(s, lr, seed), optimizer=factory)
             val_loss = perplexity(model, val, batch_size=8, desc="validation").mean_nll
             matrices = [p for _, p in split_low_rank_params(model)[0]]
-            state = (optimizer_state_bytes(optimizer), optimizer_state_bytes(optimizer, matrices))
-            sweep.add(optimizer=name, lr=lr, **{"validation loss": val_loss, "held-out loss": run_.final_eval_loss,
-                                                 "wall s": run_.wall_s})
-            say(f"[lora-pre] {name} lr={lr:g}: validation {val_loss:.4f}, held-out {run_.final_eval_loss:.4f}")
+            state = (optimizer_state_bytes(run_.optimizer), optimizer_state_bytes(run_.optimizer, matrices))
+            held = run_.final["eval_loss"]
+            sweep.add(optimizer=name, lr=lr, **{"validation loss": val_loss, "held-out loss": held, "wall s": run_.wall_s})
+            say(f"[lora-pre] {name} lr={lr:g}: validation {val_loss:.4f}, held-out {held:.4f}")
             if name not in best or val_loss < best[name][0]:
                 best[name] = (val_loss, lr, run_, *state)
 
@@ -178,7 +188,7 @@ def _pretraining_experiment(report: Report, s: Setup, seed: int) -> dict[str, Pr
     )
     loss = {}
     for name, (_, lr, run_, total, matrix) in best.items():
-        loss[name] = run_.final_eval_loss
+        loss[name] = run_.final["eval_loss"]
         table.add(optimizer=name, lr=lr, **{
             "held-out loss": loss[name], "held-out ppl": float(torch.tensor(loss[name]).exp()),
             "state bytes": total, "state / AdamW": total / adamw_total,
@@ -187,16 +197,17 @@ def _pretraining_experiment(report: Report, s: Setup, seed: int) -> dict[str, Pr
     r, r8 = s.rank, max(1, s.rank // 8)
     lp_r, lp_r8, galore = loss[f"LoRA-Pre r={r}"], loss[f"LoRA-Pre r={r8}"], loss[f"GaLore r={r}"]
     report.claim("rank-r-near-adamw", f"LoRA-Pre at rank {r} within 2% of AdamW's held-out loss (ratio)",
-                 lp_r / loss["AdamW"], "<=", 1.02)
+                 lp_r / loss["AdamW"], "<=", 1.02, kind=ClaimKind.PAPER)
     report.claim("eighth-rank-matches-galore", f"LoRA-Pre at rank {r8} at least as good as GaLore at rank {r} (loss ratio)",
-                 lp_r8 / galore, "<=", 1.0)
+                 lp_r8 / galore, "<=", 1.0, kind=ClaimKind.PAPER)
     report.claim("lowest-loss", f"LoRA-Pre at rank {r} has the lowest held-out loss (ratio to the best of AdamW, GaLore)",
-                 lp_r / min(loss["AdamW"], galore), "<=", 1.0)
+                 lp_r / min(loss["AdamW"], galore), "<=", 1.0, kind=ClaimKind.PAPER)
     report.note(
         f"Model: Llama, hidden {s.hidden}, {s.layers} layers, {s.heads} heads ({s.kv_heads} KV), SwiGLU {s.intermediate}, "
         f"tied 49152-token SmolLM2 embeddings; sequence {s.seq_len}, batch {s.batch}, {s.steps} steps, warmup 10% + cosine "
-        "to 10%, gradient clipping at norm 1, no weight decay, betas (0.9, 0.999), eps 1e-8. Low-rank states cover the "
-        "attention and MLP matrices; embeddings and norms keep AdamW states in every optimizer."
+        "to 10% (reached at the last step), gradient clipping at norm 1, no weight decay, betas (0.9, 0.999), eps 1e-8; "
+        "every optimizer trains through the same harness (rankwise.training.train) on the same seeded batches. "
+        "Low-rank states cover the attention and MLP matrices; embeddings and norms keep AdamW states in every optimizer."
     )
     return {name: b[2] for name, b in best.items()}
 
@@ -217,15 +228,15 @@ def _tracking_plot(result: TrackingResult):
     return fig
 
 
-def _loss_plot(runs: dict[str, PretrainRun]):
+def _loss_plot(runs: dict[str, TrainResult]):
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for name, run_ in runs.items():
-        steps, losses = zip(*run_.train_curve)
+        steps, losses = zip(*[(h["step"], h["loss"]) for h in run_.history])
         smooth = torch.tensor(losses).unfold(0, min(5, len(losses)), 1).mean(1).tolist()
         left.plot(steps[len(steps) - len(smooth):], smooth, label=name, lw=1.2)
-        es, el = zip(*run_.eval_curve)
+        es, el = zip(*run_.eval_curve("eval_loss"))
         right.plot(es, el, marker="o", label=name, lw=1.2)
     left.set_title("training loss (5-step mean)")
     right.set_title("held-out loss (eval split)")

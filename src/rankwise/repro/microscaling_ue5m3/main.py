@@ -19,12 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from rankwise.core.evidence import ClaimKind
 from rankwise.core.progress import progress, say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.quant.block import get_recipe, global_scale_for
 from rankwise.quant.error_model import gaussian_terms, measured_terms, predict_tensor
 from rankwise.quant.fake_quant import error_stats, fake_quantize, quantizable_linears, quantize_linears_, total_error
+from rankwise.repro.setup import BySize, experiment_model
 
 SLUG = "microscaling-ue5m3"
 TITLE = "Is Finer Better? The Limits of Microscaling Formats in Large Language Models"
@@ -37,7 +39,7 @@ CARD_CROSSOVER_SIGMA = 2e-2  # the card: UE4M3 block 8 becomes worse than block 
 
 
 @dataclass(frozen=True)
-class Plan:
+class Settings:
     sigmas: tuple[float, ...]
     synth_ks: tuple[int, ...]
     synth_elements: int
@@ -54,35 +56,31 @@ class Plan:
     error_model_ks: tuple[int, ...]
 
 
-PLANS = {
-    "smoke": Plan(tuple(np.geomspace(1e-4, 10**-0.5, 4)), (8, 16), 2**12, (8, 16), (1.0, 0.03), 1,
+SIZES = BySize(
+    smoke=Settings(tuple(np.geomspace(1e-4, 10**-0.5, 4)), (8, 16), 2**12, (8, 16), (1.0, 0.03), 1,
                   (8, 16), (0.03,), 4, (8,), 1, 32, (0,), (8,)),
-    "full": Plan(tuple(np.geomspace(1e-4, 10**-0.5, 30)), (4, 8, 16, 32), 2**18, (8, 16, 32, 64, 128),
+    full=Settings(tuple(np.geomspace(1e-4, 10**-0.5, 30)), (4, 8, 16, 32), 2**18, (8, 16, 32, 64, 128),
                  (1.0, 0.1, 0.03), 6, (8, 16, 32, 64), (1.0, 0.1, 0.03), 64, (8, 16, 32), 4, 512, (0, 5), (8, 16)),
-}
+)
 
 
 def run(size: str = "smoke", seed: int = 0) -> Report:
     report = Report(SLUG, TITLE, size, seed)
-    plan = PLANS[size]
+    plan = SIZES[size]
     set_seed(seed)
-    threads, cpu_start = torch.get_num_threads(), time.process_time()
-    # One thread throughout: on the shared, oversubscribed CPUs this was measured 2.6x faster for SmolLM2 forwards
-    # and ~20x for the elementwise quantization than two threads; torch's setting is restored afterwards.
-    torch.set_num_threads(1)
-    try:
-        bert, bert_tok, llama, llama_tok = _models(size, seed)
-        synthetic(report, plan, seed)
-        weights_sweep(report, plan, "MiniLM", _encoder_weights(bert), plan.alphas)
-        smol = [(n, w) for n, w in _llama_weights(llama) if _layer_index(n) % plan.smol_layer_stride == 0]
-        weights_sweep(report, plan, "SmolLM2", smol, (1.0,))
-        error_model_table(report, plan, bert)
-        embedding_fidelity(report, plan, bert, bert_tok)
-        perplexity_sweep(report, plan, llama, llama_tok)
-    finally:
-        torch.set_num_threads(threads)
-    report.note(f"Run single-threaded; its CPU time was {time.process_time() - cpu_start:.0f} s, which is about the "
-                "wall time on an idle core. The recorded wall time is inflated by other jobs sharing the machine.")
+    cpu_start = time.process_time()
+    # The registry runs this experiment on one thread: on shared CPUs that was measured 2.6x faster for SmolLM2
+    # forwards and ~20x for the elementwise quantization than two threads.
+    bert, bert_tok = experiment_model("minilm-l6", size, seed)
+    llama, llama_tok = experiment_model("smollm2-135m", size, seed)
+    synthetic(report, plan, seed)
+    weights_sweep(report, plan, "MiniLM", _encoder_weights(bert), plan.alphas)
+    smol = [(n, w) for n, w in _llama_weights(llama) if _layer_index(n) % plan.smol_layer_stride == 0]
+    weights_sweep(report, plan, "SmolLM2", smol, (1.0,))
+    error_model_table(report, plan, bert)
+    embedding_fidelity(report, plan, bert, bert_tok)
+    perplexity_sweep(report, plan, llama, llama_tok)
+    report.note(f"Run with {torch.get_num_threads()} intra-op thread(s); its CPU time was {time.process_time() - cpu_start:.0f} s.")
     report.note("FP4 E2M1 elements throughout; weight-only fake quantization of every nn.Linear (SmolLM2's tied "
                 "lm_head/embedding and MiniLM's pooler stay fp32). alpha < 1 narrows a weight distribution without "
                 "changing the function: alpha * W is quantized and divided back, the card's protocol.")
@@ -99,7 +97,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
 
 # ---- A: synthetic -------------------------------------------------------------------------------------------------
 
-def synthetic(report: Report, plan: Plan, seed: int) -> None:
+def synthetic(report: Report, plan: Settings, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     rel = {}  # (scale, k, sigma index) -> (monte carlo, theory) relative MSE
     for scale in progress(SYNTH_SCALES, desc="synthetic"):
@@ -124,20 +122,20 @@ def synthetic(report: Report, plan: Plan, seed: int) -> None:
     pairs = [(a, b) for a, b in zip(ks, ks[1:])]
     exact_ok = np.mean([mc["fp32", a, i] < mc["fp32", b, i] for a, b in pairs for i in range(n)])
     report.claim("exact-scale-monotone", "exact (fp32) scales: the MSE falls at every sigma as blocks shrink "
-                 f"(fraction of sigma x neighbouring-k pairs over k in {ks})", exact_ok, ">=", 1.0)
+                 f"(fraction of sigma x neighbouring-k pairs over k in {ks})", exact_ok, ">=", 1.0, kind=ClaimKind.SANITY)
     worse = [plan.sigmas[i] for i in range(n) if mc["UE4M3", 8, i] > mc["UE4M3", 16, i]] if 8 in ks and 16 in ks else []
     crossover = max(worse) if worse else None
     report.claim("ue4m3-anomaly-crossover", "UE4M3 without a global scale: block 8 is worse than block 16 below a "
                  f"sigma within 3x of the card's {CARD_CROSSOVER_SIGMA} (measured: |log10(sigma*/0.02)|, sigma* = "
                  f"{crossover if crossover is None else f'{crossover:.3g}'})",
-                 None if crossover is None else abs(np.log10(crossover / CARD_CROSSOVER_SIGMA)), "<=", float(np.log10(3)))
+                 None if crossover is None else abs(np.log10(crossover / CARD_CROSSOVER_SIGMA)), "<=", float(np.log10(3)), kind=ClaimKind.PAPER)
     wide = [i for i in range(n) if plan.sigmas[i] >= 1e-4 * 0.999]
     ue5_ok = np.mean([all(mc["UE5M3", a, i] <= mc["UE5M3", b, i] for a, b in pairs if a >= 8) for i in wide])
     report.claim("ue5m3-monotone", "UE5M3 without a global scale: finer is never worse (k = 8 <= 16 <= 32) at every "
-                 "sigma >= 1e-4 (fraction of sigma)", ue5_ok, ">=", 1.0)
+                 "sigma >= 1e-4 (fraction of sigma)", ue5_ok, ">=", 1.0, kind=ClaimKind.PAPER)
     dev = max(abs(v[1] / v[0] - 1) for v in rel.values())
     report.claim("theory-matches-monte-carlo", "the three-term error model matches Monte Carlo everywhere on the grid "
-                 "(max relative deviation of the total MSE)", dev, "<=", 0.05)
+                 "(max relative deviation of the total MSE)", dev, "<=", 0.05, kind=ClaimKind.PAPER)
     report.plots["synthetic_mse_vs_sigma"] = _plot_synthetic(plan, rel)
 
 
@@ -152,7 +150,7 @@ def _pick(sigmas) -> list[float]:
 
 # ---- B: real weights ----------------------------------------------------------------------------------------------
 
-def weights_sweep(report: Report, plan: Plan, label: str, weights: list[tuple[str, torch.Tensor]], alphas) -> None:
+def weights_sweep(report: Report, plan: Settings, label: str, weights: list[tuple[str, torch.Tensor]], alphas) -> None:
     results = {}
     for alpha in alphas:
         for scale, name in progress(list(SCALES.items()), desc=f"{label} weights a={alpha}"):
@@ -170,13 +168,13 @@ def weights_sweep(report: Report, plan: Plan, label: str, weights: list[tuple[st
         r4 = results[narrow, "UE4M3", 8].mse / results[narrow, "UE4M3", 16].mse
         r5 = results[narrow, "UE5M3", 8].mse / results[narrow, "UE5M3", 16].mse
         report.claim("minilm-anomaly-ue4m3", f"MiniLM weights narrowed by alpha={narrow}: UE4M3 (no global scale) "
-                     "MSE at block 8 / block 16 (> 1: finer is worse)", r4, ">", 1.0)
+                     "MSE at block 8 / block 16 (> 1: finer is worse)", r4, ">", 1.0, kind=ClaimKind.PAPER)
         report.claim("minilm-no-anomaly-ue5m3", f"MiniLM weights narrowed by alpha={narrow}: UE5M3 (no global scale) "
-                     "MSE at block 8 / block 16 (< 1: finer is better)", r5, "<", 1.0)
+                     "MSE at block 8 / block 16 (< 1: finer is better)", r5, "<", 1.0, kind=ClaimKind.PAPER)
     report.plots[f"{label.lower()}_sqnr_vs_block"] = _plot_sqnr(plan, results, alphas, label)
 
 
-def error_model_table(report: Report, plan: Plan, bert) -> None:
+def error_model_table(report: Report, plan: Settings, bert) -> None:
     tensors = [(n, m.weight.detach()) for n, m in quantizable_linears(bert, ("pooler.dense",))
                if _layer_index(n) in plan.error_model_layers]
     table = report.table("B. error model per tensor vs measured (MiniLM weights; MSE summed over the tensors)",
@@ -199,7 +197,7 @@ def error_model_table(report: Report, plan: Plan, bert) -> None:
 # ---- C: model level -----------------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def embedding_fidelity(report: Report, plan: Plan, bert, tokenizer) -> None:
+def embedding_fidelity(report: Report, plan: Settings, bert, tokenizer) -> None:
     from rankwise.data import articles
     from rankwise.models import embed_sentences
 
@@ -218,7 +216,7 @@ def embedding_fidelity(report: Report, plan: Plan, bert, tokenizer) -> None:
     narrow, k = min(plan.embed_alphas), min(plan.model_ks)
     d4 = (1 - cos[narrow, "UE4M3", k]) / max(1 - cos[narrow, "UE4M3", 2 * k], 1e-12) if 2 * k in plan.model_ks else None
     report.claim("minilm-embedding-anomaly", f"MiniLM embeddings, alpha={narrow}, UE4M3 without global scale: "
-                 f"(1 - cos) at block {k} / at block {2 * k} (> 1: finer is worse)", d4, ">", 1.0)
+                 f"(1 - cos) at block {k} / at block {2 * k} (> 1: finer is worse)", d4, ">", 1.0, kind=ClaimKind.PAPER)
     if 2 * k in plan.model_ks:
         report.note("MiniLM embedding cosine with UE4M3 without a global scale, block " f"{k} vs {2 * k}: "
                     + "; ".join(f"alpha={a}: {cos[a, 'UE4M3', k]:.4f} vs {cos[a, 'UE4M3', 2 * k]:.4f}"
@@ -227,13 +225,13 @@ def embedding_fidelity(report: Report, plan: Plan, bert, tokenizer) -> None:
                     "model table) the embedding is lost at either size, and their ratio no longer measures the anomaly.")
     margin = (1 - cos[narrow, "UE5M3", k]) / max(1 - cos[narrow, "UE4M3-S", k], 1e-12)
     report.claim("ue5m3-near-ue4m3-s-embeddings", f"MiniLM embeddings, alpha={narrow}, block {k}: (1 - cos) of UE5M3 "
-                 "without a global scale / that of UE4M3 with one (small margin: <= 1.10)", margin, "<=", 1.10)
+                 "without a global scale / that of UE4M3 with one (small margin: <= 1.10)", margin, "<=", 1.10, kind=ClaimKind.PAPER)
     report.plots["minilm_embedding_vs_block"] = _plot_model(plan.model_ks, cos, plan.embed_alphas, "1 - mean cosine",
                                                             lambda v: 1 - v)
 
 
 @torch.no_grad()
-def perplexity_sweep(report: Report, plan: Plan, llama, tokenizer) -> None:
+def perplexity_sweep(report: Report, plan: Settings, llama, tokenizer) -> None:
     from rankwise.data import token_windows
     from rankwise.eval import perplexity
 
@@ -255,7 +253,7 @@ def perplexity_sweep(report: Report, plan: Plan, llama, tokenizer) -> None:
     k = min(plan.ppl_ks)
     report.claim("ue5m3-near-ue4m3-s-perplexity", f"SmolLM2 at block {k}: perplexity with UE5M3 (no global scale) / "
                  "with UE4M3 and a global scale (small margin: <= 1.02)", ppl[1.0, "UE5M3", k] / ppl[1.0, "UE4M3-S", k],
-                 "<=", 1.02)
+                 "<=", 1.02, kind=ClaimKind.PAPER)
     report.plots["smollm2_perplexity_vs_block"] = _plot_model(plan.ppl_ks, ppl, (1.0,), "perplexity", lambda v: v, base)
 
 
@@ -265,21 +263,6 @@ def _restore(model, original: dict[str, torch.Tensor]) -> None:
 
 
 # ---- models and weights ------------------------------------------------------------------------------------------
-
-def _models(size: str, seed: int):
-    if size == "smoke":
-        from transformers import AutoTokenizer
-
-        from rankwise.models import load_smollm2_tokenizer, tiny_bert, tiny_llama
-        from rankwise.models.minilm import minilm_folder
-
-        return tiny_bert(seed), AutoTokenizer.from_pretrained(minilm_folder()), tiny_llama(seed), load_smollm2_tokenizer()
-    from rankwise.models import load_model
-
-    bert, bert_tok = load_model("minilm-l6")
-    llama, llama_tok = load_model("smollm2-135m")
-    return bert, bert_tok, llama, llama_tok
-
 
 def _encoder_weights(bert) -> list[tuple[str, torch.Tensor]]:
     return [(n, m.weight.detach()) for n, m in quantizable_linears(bert, ("pooler.dense",))]
@@ -299,7 +282,7 @@ def _layer_index(name: str) -> int:
 
 # ---- plots ---------------------------------------------------------------------------------------------------------
 
-def _plot_synthetic(plan: Plan, rel: dict):
+def _plot_synthetic(plan: Settings, rel: dict):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(SYNTH_SCALES), figsize=(4 * len(SYNTH_SCALES), 3.6), sharey=True)
@@ -317,7 +300,7 @@ def _plot_synthetic(plan: Plan, rel: dict):
     return fig
 
 
-def _plot_sqnr(plan: Plan, results: dict, alphas, label: str):
+def _plot_sqnr(plan: Settings, results: dict, alphas, label: str):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(alphas), figsize=(4.5 * len(alphas), 3.6), squeeze=False)

@@ -10,7 +10,8 @@ Claims, as the card's experiment B and A put them:
 Budget: LoRA r=1 on query, value, intermediate.dense and the FFN output.dense of all 6 layers has
 6 * (768 + 768 + 1920 + 1920) = 32,256 parameters; PiCa with one M per module type needs (384 + 384 + 1536 + 384) * r,
 = 32,256 at r = 12 — an exact match. Every run also trains the same linear head on mean-pooled states. All methods
-share one learning rate (the card's 1e-3), schedule, data order and step count; nothing was tuned per method.
+share one learning rate (the card's 1e-3), schedule, data order and step count; nothing was tuned per method (the
+evidence rework tunes each arm on validation).
 """
 
 from __future__ import annotations
@@ -19,26 +20,39 @@ import copy
 import os
 import re
 import statistics as stats
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from rankwise.adapters import LoraConfig, PicaConfig, add_adapter
 from rankwise.adapters.pica import principal_projector
-from rankwise.core.linalg import few_threads
+from rankwise.core.evidence import Claim, ClaimKind, PairedClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
-from rankwise.errors import InvalidInputError
+from rankwise.repro.setup import BySize, experiment_model
 from rankwise.training import TrainConfig, topic_classification, train
 
 TARGETS = r".*\.(attention\.self\.query|attention\.self\.value|intermediate\.dense|\d+\.output\.dense)"
-SIZES = {
-    # full: a few minutes of CPU on one thread (it ran ~10x longer in wall time on the shared, oversubscribed
-    # 2-core machine); smoke: a tiny random BERT, seconds.
-    "full": dict(train=1600, eval=400, max_length=24, steps=100, batch=8, seeds=2, ranks=(4, 12, 32)),
-    "smoke": dict(train=64, eval=32, max_length=16, steps=4, batch=8, seeds=1, ranks=(2, 4)),
-}
+
+
+@dataclass(frozen=True)
+class Settings:
+    train: int  # training examples
+    eval: int  # held-out examples
+    max_length: int  # tokens per example
+    steps: int
+    batch: int
+    seeds: int
+    ranks: tuple[int, ...]  # r of experiment A's energy measurement
+
+
+SIZES = BySize(
+    # full: a few minutes of CPU on one thread; smoke: a tiny random BERT, seconds.
+    full=Settings(train=1600, eval=400, max_length=24, steps=100, batch=8, seeds=2, ranks=(4, 12, 32)),
+    smoke=Settings(train=64, eval=32, max_length=16, steps=4, batch=8, seeds=1, ranks=(2, 4)),
+)
 LR, FULL_FT_LR = 1e-3, 1e-4  # card: 1e-3 for PiCa and LoRA; 1e-4 (Adam) for the full fine-tuning of experiment A
 
 
@@ -51,17 +65,15 @@ def _methods(lora_rank: int, pica_rank: int, seed: int) -> dict[str, object]:
     }
 
 
-def _load(size: str):
-    if size == "full":
-        from rankwise.models import load_model
-
-        return load_model("minilm-l6")
-    from transformers import AutoTokenizer
-
-    from rankwise.models import tiny_bert
-    from rankwise.models.minilm import minilm_folder
-
-    return tiny_bert(seed=0), AutoTokenizer.from_pretrained(minilm_folder())
+def _declare_claims(report: Report, s: Settings) -> None:
+    report.declare(Claim("budget-matched", "PiCa's adapter parameters / LoRA r=1's", "<=", 1.05, kind=ClaimKind.INVARIANT))
+    report.declare(PairedClaim("pica-vs-lora", "per-seed accuracy PiCa - LoRA at equal budget (points)", ">", 0.0, kind=ClaimKind.PAPER))
+    report.declare(PairedClaim("pica-vs-pissa", "per-seed accuracy PiCa - PiSSA at equal budget (points)", ">", 0.0, kind=ClaimKind.PAPER))
+    report.declare(PairedClaim("column-space-vs-random", "per-seed accuracy PiCa - PiCa on a random subspace (points)", ">", 0.0,
+                               kind=ClaimKind.PAPER))
+    r_mid = s.ranks[len(s.ranks) // 2]
+    report.declare(Claim("spectral-premise", f"energy share of the full-FT update in the top-{r_mid} input subspace / random share",
+                         ">=", 2.0, kind=ClaimKind.PAPER))
 
 
 def pica_rank_for_budget(model: nn.Module, lora_rank: int) -> tuple[int, int, int]:
@@ -85,28 +97,19 @@ def captured_energy(before: dict[str, torch.Tensor], after: dict[str, torch.Tens
 
 
 def run(size: str = "smoke", seed: int = 0) -> Report:
-    if size not in SIZES:
-        raise InvalidInputError(f"size must be one of {sorted(SIZES)}, got {size!r}")
-    # One intra-op thread: these small matmuls gain little from a second thread, and on a shared machine two
-    # threads spin-wait (we measured a MiniLM training step at 0.15 s of CPU on one thread against 2.5 s on two
-    # under load). One thread also makes the numbers independent of the machine's core count.
-    with few_threads(1):
-        return _run(size, seed)
-
-
-def _run(size: str, seed: int) -> Report:
     s = SIZES[size]
     report = Report("pica", "PiCa: column-space projection with per-type sharing vs LoRA at equal budget", size, seed)
+    _declare_claims(report, s)
     set_seed(seed)
-    base, tokenizer = _load(size)
-    task = topic_classification(tokenizer, s["max_length"], s["train"], s["eval"])
+    base, tokenizer = experiment_model("minilm-l6", size, seed)
+    task = topic_classification(tokenizer, s.max_length, s.train, s.eval)
     pica_rank, lora_params, pica_params = pica_rank_for_budget(base, 1)
-    train_config = lambda run_seed, lr=LR: TrainConfig(steps=s["steps"], batch_size=s["batch"], lr=lr, warmup_ratio=0.1, seed=run_seed)  # noqa: E731
+    train_config = lambda run_seed, lr=LR: TrainConfig(steps=s.steps, batch_size=s.batch, lr=lr, warmup_ratio=0.1, seed=run_seed)  # noqa: E731
 
     table = report.table("Held-out accuracy, 12-class wiki-topics (MiniLM-L6, equal adapter budget)",
                          ["method", "rank", "adapter params", "seed", "accuracy", "eval loss", "train s"])
     results: dict[str, list[float]] = {}
-    seeds = [seed + i for i in range(s["seeds"])]
+    seeds = [seed + i for i in range(s.seeds)]
     for run_seed in seeds:
         for name, config in _methods(1, pica_rank, run_seed).items():
             set_seed(run_seed)  # same head init and LoRA draws for every method at this seed
@@ -137,13 +140,13 @@ def _run(size: str, seed: int) -> Report:
     ft_params = sum(m.weight.numel() for m in targets.values())
     table.add(method="full FT of the targeted weights", rank=-1, **{"adapter params": ft_params}, seed=seed,
               accuracy=res.final["accuracy"], **{"eval loss": res.final["eval_loss"], "train s": res.wall_s})
-    rho = captured_energy(before, {n: m.weight.detach() for n, m in targets.items()}, s["ranks"])
+    rho = captured_energy(before, {n: m.weight.detach() for n, m in targets.items()}, s.ranks)
 
     energy = report.table("Experiment A: energy of the full-FT update in the pretrained top-r input subspace",
                           ["r", "mean rho(r)", "min rho(r)", "random subspace r/d_in (mean)", "ratio"])
     d_in = {n: m.in_features for n, m in targets.items()}
     ratios = {}
-    for r in s["ranks"]:
+    for r in s.ranks:
         random_share = stats.mean(r / d_in[n] for n in targets)
         ratios[r] = stats.mean(rho[r]) / random_share
         energy.add(r=r, **{"mean rho(r)": stats.mean(rho[r]), "min rho(r)": min(rho[r]),
@@ -153,19 +156,17 @@ def _run(size: str, seed: int) -> Report:
     summary = report.table("Mean accuracy over seeds", ["method", "mean accuracy", "seeds"])
     for k, v in results.items():
         summary.add(method=k, **{"mean accuracy": mean[k], "seeds": len(v)})
-    report.claim("budget-matched", "PiCa's adapter parameters / LoRA r=1's", pica_params / lora_params, "<=", 1.05)
-    report.claim("pica-vs-lora", "mean accuracy PiCa - LoRA at equal budget (points of accuracy)", 100 * (mean["PiCa"] - mean["LoRA"]), ">=", 0.0)
-    report.claim("pica-vs-pissa", "mean accuracy PiCa - PiSSA at equal budget (points)", 100 * (mean["PiCa"] - mean["PiSSA"]), ">=", 0.0)
-    report.claim("column-space-vs-random", "mean accuracy PiCa - PiCa on a random subspace (points)",
-                 100 * (mean["PiCa"] - mean["PiCa, random subspace"]), ">", 0.0)
-    r_mid = s["ranks"][len(s["ranks"]) // 2]
-    report.claim("spectral-premise", f"energy share of the full-FT update in the top-{r_mid} input subspace / random share",
-                 ratios[r_mid], ">=", 2.0)
-    report.plots["pica_accuracy"] = _plot(results, s["ranks"], rho, d_in)
+    report.measure("budget-matched", pica_params / lora_params)
+    report.measure_paired("pica-vs-lora", [100 * a for a in results["PiCa"]], [100 * a for a in results["LoRA"]])
+    report.measure_paired("pica-vs-pissa", [100 * a for a in results["PiCa"]], [100 * a for a in results["PiSSA"]])
+    report.measure_paired("column-space-vs-random", [100 * a for a in results["PiCa"]],
+                          [100 * a for a in results["PiCa, random subspace"]])
+    report.measure("spectral-premise", ratios[s.ranks[len(s.ranks) // 2]])
+    report.plots["pica_accuracy"] = _plot(results, s.ranks, rho, d_in)
     report.note(f"Budget: LoRA r=1 has {lora_params:,} adapter parameters, PiCa r={pica_rank} has {pica_params:,}; every run "
-                f"also trains a {sum(p.numel() for p in frozen.head.parameters()):,}-parameter head. {s['steps']} steps, batch "
-                f"{s['batch']}, lr {LR} (full FT {FULL_FT_LR}), warmup 10% + cosine, sequences truncated to {s['max_length']} tokens, "
-                f"{s['train']} training and {s['eval']} held-out examples; {len(seeds)} seed(s) per adapter method.")
+                f"also trains a {sum(p.numel() for p in frozen.head.parameters()):,}-parameter head. {s.steps} steps, batch "
+                f"{s.batch}, lr {LR} (full FT {FULL_FT_LR}), warmup 10% + cosine, sequences truncated to {s.max_length} tokens, "
+                f"{s.train} training and {s.eval} held-out examples; {len(seeds)} seed(s) per adapter method.")
     report.note("LoRA uses alpha = 2r; PiSSA is LoRA with principal-singular-vector init (PEFT's 'pissa'), kept as a delta "
                 "on the unchanged base weight. The card's 300 steps x batch 16 and 3 seeds were cut (to 100 x 8, two seeds) "
                 "because the machine was shared by several full runs at once; the per-seed rows show how much of a "

@@ -13,59 +13,74 @@ from __future__ import annotations
 
 import copy
 import statistics as stats_
+from dataclasses import dataclass
 
-import torch
-
+from rankwise.adapters import adapt
 from rankwise.adapters.plop import (
-    kendall_tau, lora_parameters_per_rank, nfn_scores_for_seeds, plop_targets, rank_for_budget, target_modules, task_batches,
-    type_label,
+    kendall_tau, lora_parameters_per_rank, nfn_scores_for_seeds, plop_targets, rank_for_budget, target_modules, type_label,
 )
+from rankwise.core.evidence import Claim, ClaimKind, PairedClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
-from rankwise.training import TrainConfig, adapt, topic_classification, train
+from rankwise.data import task_batches
+from rankwise.repro.setup import BySize, experiment_model
+from rankwise.training import TrainConfig, topic_classification, train
 
-SETTINGS = {
-    "smoke": dict(score_examples=8, score_len=16, score_batch=4, train_examples=64, eval_examples=32, max_length=16,
-                  steps=3, batch=8, lr=1e-3, seeds=2, base_rank=4),
-    "full": dict(score_examples=64, score_len=48, score_batch=16, train_examples=None, eval_examples=240, max_length=24,
-                 steps=80, batch=16, lr=1e-3, seeds=3, base_rank=8),
-}
+
+
+@dataclass(frozen=True)
+class Settings:
+    score_examples: int  # texts NFN is scored on
+    score_len: int
+    score_batch: int
+    train_examples: int | None  # None: the whole training split
+    eval_examples: int
+    max_length: int
+    steps: int
+    batch: int
+    lr: float
+    seeds: int
+    base_rank: int  # the LoRA rank on PLoP's types that sets the shared parameter budget
+
+
+SIZES = BySize(
+    smoke=Settings(score_examples=8, score_len=16, score_batch=4, train_examples=64, eval_examples=32, max_length=16,
+                   steps=3, batch=8, lr=1e-3, seeds=2, base_rank=4),
+    full=Settings(score_examples=64, score_len=48, score_batch=16, train_examples=None, eval_examples=240, max_length=24,
+                  steps=80, batch=16, lr=1e-3, seeds=3, base_rank=8),
+)
+# "Matches" is non-inferiority: PLoP may trail the best heuristic by at most this much accuracy (declared margin).
+MATCH_MARGIN = -0.01
 ATTENTION = ["query", "key", "value"]
 MLP_TYPES = ["encoder.layer.*.intermediate.dense", "encoder.layer.*.output.dense"]
 
 
-def _models(size: str, seed: int):
-    from rankwise.models import load_model, load_smollm2_tokenizer, tiny_bert, tiny_llama
-
-    if size == "full":
-        return load_model("smollm2-135m"), load_model("minilm-l6")
-    from transformers import AutoTokenizer
-
-    from rankwise.models.minilm import minilm_folder
-
-    return (tiny_llama(seed=seed, num_layers=2), load_smollm2_tokenizer()), (tiny_bert(seed=seed), AutoTokenizer.from_pretrained(minilm_folder()))
-
-
 def run(size: str = "smoke", seed: int = 0) -> Report:
-    # One intra-op thread: on a shared 2-core machine a second thread mostly spin-waits (same numbers either way).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _run(size, seed)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _run(size: str, seed: int) -> Report:
-    s = SETTINGS[size]
+    s = SIZES[size]
     report = Report("plop", "PLoP: LoRA on the lowest-NFN module types vs heuristic placements at equal budget", size, seed)
+    _declare_claims(report)
     set_seed(seed)
-    (llm, llm_tok), (enc, enc_tok) = _models(size, seed)
+    llm, llm_tok = experiment_model("smollm2-135m", size, seed)
+    enc, enc_tok = experiment_model("minilm-l6", size, seed)
+    return _run(report, s, seed, llm, llm_tok, enc, enc_tok)
 
+
+def _declare_claims(report: Report) -> None:
+    report.declare(PairedClaim("plop_matches_best_heuristic", "per-seed accuracy of PLoP minus the better (by mean) of "
+                               "the attention / MLP placements; non-inferior within the margin", ">=", MATCH_MARGIN,
+                               kind=ClaimKind.PAPER))
+    report.declare(PairedClaim("plop_beats_inverse", "per-seed accuracy of PLoP minus PLoP^-1's", ">", 0.0, kind=ClaimKind.PAPER))
+    report.declare(Claim("ranking_stable_across_halves", "Kendall tau of SmolLM2 type rankings from two disjoint halves of the texts",
+                         ">=", 0.7, kind=ClaimKind.PAPER))
+    report.declare(Claim("ranking_stable_across_seeds", "min Kendall tau of SmolLM2 type rankings across 3 random-baseline seeds",
+                         ">=", 0.9, kind=ClaimKind.SANITY))
+
+
+def _run(report: Report, s: Settings, seed: int, llm, llm_tok, enc, enc_tok) -> Report:
     # ---- Part 1: scores on SmolLM2 -----------------------------------------------------------------------------
     say("Part 1: NFN scores on SmolLM2")
-    batches = task_batches(llm_tok, "wiki-topics", s["score_examples"], s["score_len"], s["score_batch"])
+    batches = task_batches(llm_tok, "wiki-topics", s.score_examples, s.score_len, s.score_batch)
     seeds = [seed, seed + 1, seed + 2]
     by_seed = nfn_scores_for_seeds(llm, batches, seeds, desc="NFN SmolLM2")
     scores = by_seed[seed]
@@ -82,7 +97,7 @@ def _run(size: str, seed: int) -> Report:
 
     # ---- Part 2: placements on MiniLM --------------------------------------------------------------------------
     say("Part 2: placements on MiniLM")
-    enc_scores = nfn_scores_for_seeds(enc, task_batches(enc_tok, "wiki-topics", s["score_examples"], s["max_length"], s["score_batch"]),
+    enc_scores = nfn_scores_for_seeds(enc, task_batches(enc_tok, "wiki-topics", s.score_examples, s.max_length, s.score_batch),
                                       [seed], desc="NFN MiniLM")[seed]
     placements = {
         "PLoP (lowest 3)": plop_targets(enc_scores, 3),
@@ -90,19 +105,19 @@ def _run(size: str, seed: int) -> Report:
         "attention (Q,K,V)": ATTENTION,
         "MLP (intermediate, output)": target_modules(enc_scores, MLP_TYPES),
     }
-    budget = s["base_rank"] * lora_parameters_per_rank(enc, placements["PLoP (lowest 3)"])
-    task = topic_classification(enc_tok, max_length=s["max_length"], train_examples=s["train_examples"], eval_examples=s["eval_examples"])
+    budget = s.base_rank * lora_parameters_per_rank(enc, placements["PLoP (lowest 3)"])
+    task = topic_classification(enc_tok, max_length=s.max_length, train_examples=s.train_examples, eval_examples=s.eval_examples)
     t2 = report.table("Part 2: LoRA placements on MiniLM, wiki-topics (12 classes), equal trainable budget",
                       ["placement", "types", "rank", "adapter_params", "accuracy_mean", "accuracy_std", "eval_loss_mean", "per_seed_accuracy"])
     results: dict[str, list[float]] = {}
     for name, targets in placements.items():
         rank = rank_for_budget(enc, targets, budget)
         accs, losses = [], []
-        for k in range(s["seeds"]):
+        for k in range(s.seeds):
             set_seed(seed + k)
             adapted = adapt(copy.deepcopy(enc), "lora", rank, targets=targets, lora_alpha=2 * rank)
             classifier = task.wrap(adapted)
-            result = train(classifier, task, TrainConfig(steps=s["steps"], batch_size=s["batch"], lr=s["lr"], seed=seed + k))
+            result = train(classifier, task, TrainConfig(steps=s.steps, batch_size=s.batch, lr=s.lr, seed=seed + k))
             accs.append(result.final["accuracy"])
             losses.append(result.final["eval_loss"])
         results[name] = accs
@@ -114,22 +129,19 @@ def _run(size: str, seed: int) -> Report:
         t3.add(type=type_label(t), NFN=enc_scores.per_type[t])
 
     mean = {n: stats_.fmean(v) for n, v in results.items()}
-    best_heuristic = max(mean["attention (Q,K,V)"], mean["MLP (intermediate, output)"])
-    report.claim("plop_matches_best_heuristic", "PLoP mean accuracy minus the best of attention / MLP placements (>= 0)",
-                 mean["PLoP (lowest 3)"] - best_heuristic, ">=", 0.0)
-    report.claim("plop_beats_inverse", "PLoP mean accuracy minus PLoP^-1's (> 0)", mean["PLoP (lowest 3)"] - mean["PLoP^-1 (highest 3)"], ">", 0.0)
-    report.claim("ranking_stable_across_halves", "Kendall tau of SmolLM2 type rankings from two disjoint halves of the texts",
-                 tau_halves, ">=", 0.7)
-    report.claim("ranking_stable_across_seeds", "min Kendall tau of SmolLM2 type rankings across 3 random-baseline seeds",
-                 tau_seeds, ">=", 0.9)
+    best_heuristic = max(("attention (Q,K,V)", "MLP (intermediate, output)"), key=lambda n: mean[n])
+    report.measure_paired("plop_matches_best_heuristic", results["PLoP (lowest 3)"], results[best_heuristic])
+    report.measure_paired("plop_beats_inverse", results["PLoP (lowest 3)"], results["PLoP^-1 (highest 3)"])
+    report.measure("ranking_stable_across_halves", tau_halves)
+    report.measure("ranking_stable_across_seeds", tau_seeds)
     report.note(f"SmolLM2 PLoP target_modules: {plop_targets(scores, 3)}; PLoP^-1: {plop_targets(scores, 3, inverse=True)}.")
-    report.note(f"Part 1: {s['score_examples']} wiki-topics training texts, <= {s['score_len']} tokens, padding masked, "
+    report.note(f"Part 1: {s.score_examples} wiki-topics training texts, <= {s.score_len} tokens, padding masked, "
                 f"random baseline from 256 Gaussian rows per module and batch; type NFN = mean of per-layer NFNs.")
-    report.note(f"Part 2: budget = rank {s['base_rank']} on PLoP's types = {budget:,} adapter parameters; other placements "
+    report.note(f"Part 2: budget = rank {s.base_rank} on PLoP's types = {budget:,} adapter parameters; other placements "
                 f"take the nearest rank (the counts column). LoRA alpha = 2 x rank, dropout 0; the 12-way linear head "
-                f"(mean pooling) trains in every placement. {s['steps']} AdamW steps, batch {s['batch']}, lr {s['lr']} "
-                f"(warmup 10% + cosine), max length {s['max_length']} tokens, {s['seeds']} seeds; accuracy on "
-                f"{s['eval_examples']} held-out articles.")
+                f"(mean pooling) trains in every placement. {s.steps} AdamW steps, batch {s.batch}, lr {s.lr} "
+                f"(warmup 10% + cosine), max length {s.max_length} tokens, {s.seeds} seeds; accuracy on "
+                f"{s.eval_examples} held-out articles.")
     report.plots["nfn_types"] = _plot(scores, enc_scores)
     return report.finish()
 

@@ -1,9 +1,9 @@
-"""From a method name and a few knobs to an adapted model: the bridge between the CLI / reproductions and adapters.
+"""From a method name and a few knobs to an adapted model: what the CLI and the reproductions call.
 
-Every registered adapter type is a method here (`available_methods()`), so a new adapter file is usable from
-`rankwise finetune` without edits to this module. Its config is built from (rank, targets, layers) plus any
-method-specific fields given as `options`; methods that need calibration statistics get second moments of the
-targeted layers' inputs over `calibration_batches`.
+Every adapter type of `types.ADAPTER_TYPES` is a method here (`available_methods()`). Its config is built from
+(rank, targets, layers) plus any method-specific fields given as `options`; methods that need calibration
+statistics get second moments of the targeted layers' inputs over `calibration_batches` (token-id tensors the caller
+builds: this package does not load data).
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from rankwise.adapters import AdaptedModel, AdapterConfig, add_adapter, adapter_type, discover_adapter_types, find_targets
+from rankwise.adapters.config import AdapterConfig, find_targets
+from rankwise.adapters.model import AdaptedModel, add_adapter
+from rankwise.adapters.types import ADAPTER_TYPES, adapter_type
 from rankwise.core.calibration import collect_second_moments
 from rankwise.errors import InvalidInputError
 
@@ -26,7 +28,7 @@ DEFAULT_TARGETS = {
 
 
 def available_methods() -> list[str]:
-    return sorted(discover_adapter_types())
+    return sorted(ADAPTER_TYPES)
 
 
 def default_targets(model: nn.Module) -> list[str]:

@@ -1,0 +1,46 @@
+"""The layer registry: one `LayerSpec` per layer of `rankwise.nn`, read by the shared conformance test.
+
+Every layer a method adds here (LRNN, Lorsa, Mixture-of-Memories, IVQ, FRL, ...) gets a record in `LAYERS`, and
+`tests/nn/test_layer_conformance.py` checks each one the same way: forward, backward, `state_dict` round trip, dtype
+(float32 and float64) and device (CPU, the meta device for shapes, CUDA when present). A spec builds a *small*
+instance, so the whole matrix stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """How to build and feed one layer for the conformance test.
+
+    build:   (seed) -> a small instance in float32; two seeds give different parameters.
+    inputs:  (generator, dtype) -> positional inputs of the forward, e.g. (x [batch, seq, dim],).
+    output:  picks the tensor to check from the forward's return value (default: the value itself).
+    frozen:  parameter names expected to get no gradient (e.g. a fixed basis).
+    """
+
+    name: str
+    method: str  # the registry slug of the method the layer implements
+    build: Callable[[int], nn.Module]
+    inputs: Callable[[torch.Generator, torch.dtype], tuple[torch.Tensor, ...]]
+    output: Callable[[object], torch.Tensor] = lambda out: out  # noqa: E731
+    frozen: tuple[str, ...] = ()
+    meta_device: bool = True  # the forward runs on the meta device (shape propagation only)
+
+
+LAYERS: tuple[LayerSpec, ...] = ()
+
+
+def get_layer_spec(name: str) -> LayerSpec:
+    from rankwise.errors import UnknownNameError
+
+    for spec in LAYERS:
+        if spec.name == name:
+            return spec
+    raise UnknownNameError(f"no layer {name!r} in rankwise.nn; registered: {[s.name for s in LAYERS]}")
