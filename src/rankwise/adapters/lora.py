@@ -3,7 +3,7 @@
 Initialisations:
 - "default": A Kaiming-uniform (a=sqrt(5)), B = 0, drawing from torch's global RNG in exactly the order PEFT does
   (PEFT builds A and B as nn.Linear, which draws both once, then redraws A), so the same seed gives the same
-  adapter as `peft.get_peft_model` — see tests/test_adapters_peft.py.
+  adapter as `peft.get_peft_model` — see tests/adapters/test_adapters_peft.py.
 - "gaussian": A ~ N(0, 1/r^2), B = 0 (PEFT's "gaussian"), same RNG order.
 - "pissa": A, B from the top-r singular triplets of W (Meng et al. 2024, PEFT's "pissa"). PEFT subtracts the initial
   product from the base weight; we keep the base weight untouched and subtract a frozen copy of the initial product

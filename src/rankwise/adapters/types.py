@@ -1,7 +1,7 @@
 """The adapter types, by method name: one explicit table (the CLI's `--method`, saved configs, the loader read it).
 
 A new method adds its `Adapter` subclass here; its `method` attribute (and its config's) must equal the key, which
-`tests/test_adapters.py` checks.
+`tests/adapters/test_adapters.py` checks.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """LoRA-Pre under gradient accumulation: same parameters as one big batch.
 
 LoRA-Pre under DDP (2 processes, gloo, CPU) is tested through the training harness, with the other optimizers and an
-adapter, in tests/test_training_ddp.py.
+adapter, in tests/training/test_training_ddp.py.
 """
 
 
