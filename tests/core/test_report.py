@@ -46,3 +46,16 @@ def test_tables_plots_and_bad_input(tmp_path):
         Report(slug="x", title="t", size="huge", seed=0)
     with pytest.raises(InvalidInputError):
         report.claim("c", "d", 1.0, "==", 1.0)
+
+
+def test_claim_from_runs_needs_three_seeds():
+    """A training-dependent quantity from one lucky run is never evidence; three clearly passing seeds are."""
+    from rankwise.core.evidence import ClaimKind, Verdict
+    from rankwise.core.report import Report
+
+    r = Report("plop", "t", "full", 0)
+    one = r.claim_from_runs("one-run", "d", [0.5], "<", 1.0, kind=ClaimKind.PAPER)
+    three = r.claim_from_runs("three-runs", "d", [0.5, 0.52, 0.49], "<", 1.0, kind=ClaimKind.PAPER)
+    assert one.verdict is Verdict.INCONCLUSIVE and "seeds" in one.reason
+    assert three.verdict is Verdict.PASS
+    assert not r.reproduced  # one paper claim is inconclusive

@@ -170,6 +170,17 @@ class Report:
         self.declare(c)
         return c.measure(measured)
 
+    def claim_from_runs(self, name: str, description: str, per_seed: Sequence[float], op: str, threshold: float,
+                        *, kind: ClaimKind | str | None = None) -> SampleClaim:
+        """Declare and measure a claim about a quantity that depends on random training runs, from its per-seed values.
+
+        A stochastic quantity is evidence only over >= 3 seeds: with fewer values the claim is INCONCLUSIVE (too few
+        seeds) whatever the measurement, so a single lucky run can never make a method reproduced.
+        """
+        c = SampleClaim(name, description, op, threshold, kind)
+        self.declare(c)
+        return c.measure(list(per_seed))
+
     def verdict_counts(self) -> dict[str, dict[str, int]]:
         """`{kind: {"PASS": n, "FAIL": n, "INCONCLUSIVE": n}}` for every kind, unclassified included."""
         counts = {k: {v.value: 0 for v in Verdict} for k in KIND_LABELS}

@@ -176,19 +176,21 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
 
     g, lora, init_only, proj_only = rows["GuardSpace"], rows["LoRA"], rows["init only (no P)"], rows["projector only (LoRA init)"]
     tiny = 1e-12  # keeps ratios finite when GuardSpace's drift is exactly zero
-    report.claim("guardspace_preserves_protected", "GuardSpace: mean KL(base||tuned) on the protected answers stays ~0 (<= 1e-3 nats/token)",
-                 g["protected_KL"], "<=", 1e-3, kind=ClaimKind.PAPER)
-    report.claim("guardspace_keeps_answers", "GuardSpace: fraction of protected prompts whose greedy answer is unchanged", g["protected_exact"], ">=", 0.9, kind=ClaimKind.PAPER)
-    report.claim("lora_drifts", "LoRA's protected KL is >= 10x GuardSpace's (the overwrite data changes LoRA's answers)",
-                 lora["protected_KL"] / max(g["protected_KL"], tiny), ">=", 10.0, kind=ClaimKind.PAPER)
-    report.claim("task_comparable", "GuardSpace task accuracy minus LoRA's (comparable utility: >= -0.05)",
-                 g["task_accuracy"] - lora["task_accuracy"], ">=", -0.05, kind=ClaimKind.PAPER)
-    report.claim("projector_carries_protection", "ablation: without P (init only) the protected KL is >= 10x GuardSpace's",
-                 init_only["protected_KL"] / max(g["protected_KL"], tiny), ">=", 10.0, kind=ClaimKind.PAPER)
-    report.claim("init_helps_utility", "ablation: GuardSpace task eval loss minus projector-only's (the init helps: <= 0)",
-                 g["task_eval_loss"] - proj_only["task_eval_loss"], "<=", 0.0, kind=ClaimKind.PAPER)
-    report.claim("heldout_drift_lower", "held-out prompts of the theme: GuardSpace KL / LoRA KL (thresholded P generalises: < 1)",
-                 g["heldout_KL"] / max(lora["heldout_KL"], tiny), "<", 1.0, kind=ClaimKind.PAPER)
+    # One training run per variant (seed `seed`): the claims are stated from it but stay INCONCLUSIVE until the
+    # evidence rework runs them over >= 3 seeds.
+    report.claim_from_runs("guardspace_preserves_protected", "GuardSpace: mean KL(base||tuned) on the protected answers stays ~0 (<= 1e-3 nats/token)",
+                 [g["protected_KL"]], "<=", 1e-3, kind=ClaimKind.PAPER)
+    report.claim_from_runs("guardspace_keeps_answers", "GuardSpace: fraction of protected prompts whose greedy answer is unchanged", [g["protected_exact"]], ">=", 0.9, kind=ClaimKind.PAPER)
+    report.claim_from_runs("lora_drifts", "LoRA's protected KL is >= 10x GuardSpace's (the overwrite data changes LoRA's answers)",
+                 [lora["protected_KL"] / max(g["protected_KL"], tiny)], ">=", 10.0, kind=ClaimKind.PAPER)
+    report.claim_from_runs("task_comparable", "GuardSpace task accuracy minus LoRA's (comparable utility: >= -0.05)",
+                 [g["task_accuracy"] - lora["task_accuracy"]], ">=", -0.05, kind=ClaimKind.PAPER)
+    report.claim_from_runs("projector_carries_protection", "ablation: without P (init only) the protected KL is >= 10x GuardSpace's",
+                 [init_only["protected_KL"] / max(g["protected_KL"], tiny)], ">=", 10.0, kind=ClaimKind.PAPER)
+    report.claim_from_runs("init_helps_utility", "ablation: GuardSpace task eval loss minus projector-only's (the init helps: <= 0)",
+                 [g["task_eval_loss"] - proj_only["task_eval_loss"]], "<=", 0.0, kind=ClaimKind.PAPER)
+    report.claim_from_runs("heldout_drift_lower", "held-out prompts of the theme: GuardSpace KL / LoRA KL (thresholded P generalises: < 1)",
+                 [g["heldout_KL"] / max(lora["heldout_KL"], tiny)], "<", 1.0, kind=ClaimKind.PAPER)
 
     report.note(f"Model: {'SmolLM2-135M-Instruct' if size == 'full' else 'tiny random Llama'}; adapters on "
                 f"{', '.join(TARGETS)} of layers {start}..{n_layers - 1}, rank {s.rank}, alpha {2 * s.rank}; "

@@ -112,14 +112,15 @@ def _tracking_experiment(report: Report, s: Settings, seed: int) -> TrackingResu
         means[name] = result.mean_error(name, after=burn_in)
         kept = [e for st, e in zip(result.steps, errs) if st > burn_in]
         table.add(**{"tracker": name, "mean error": means[name], "max error": max(kept)})
-    report.claim(
+    # One random stream (seed `seed`): stated from it, INCONCLUSIVE until rerun over >= 3 streams.
+    report.claim_from_runs(
         "tracking-near-oracle",
         "LoRA-Pre's rank-r momentum error stays near the best rank-r approximation's (ratio of mean errors)",
-        means["lora-pre"] / means["oracle"], "<=", 1.5, kind=ClaimKind.PAPER)
-    report.claim(
+        [means["lora-pre"] / means["oracle"]], "<=", 1.5, kind=ClaimKind.PAPER)
+    report.claim_from_runs(
         "tracking-beats-galore",
         "LoRA-Pre tracks the drifting EMA better than GaLore's refreshed projection (ratio of mean errors)",
-        means["lora-pre"] / means["galore"], "<", 1.0, kind=ClaimKind.PAPER)
+        [means["lora-pre"] / means["galore"]], "<", 1.0, kind=ClaimKind.PAPER)
     return result
 
 
@@ -195,13 +196,14 @@ def _pretraining_experiment(report: Report, s: Settings, seed: int) -> dict[str,
             "matrix state bytes": matrix, "matrix state / AdamW": matrix / adamw_matrix,
         })
     r, r8 = s.rank, max(1, s.rank // 8)
+    # One pretraining run per optimizer: stated from it, INCONCLUSIVE until rerun over >= 3 seeds.
     lp_r, lp_r8, galore = loss[f"LoRA-Pre r={r}"], loss[f"LoRA-Pre r={r8}"], loss[f"GaLore r={r}"]
-    report.claim("rank-r-near-adamw", f"LoRA-Pre at rank {r} within 2% of AdamW's held-out loss (ratio)",
-                 lp_r / loss["AdamW"], "<=", 1.02, kind=ClaimKind.PAPER)
-    report.claim("eighth-rank-matches-galore", f"LoRA-Pre at rank {r8} at least as good as GaLore at rank {r} (loss ratio)",
-                 lp_r8 / galore, "<=", 1.0, kind=ClaimKind.PAPER)
-    report.claim("lowest-loss", f"LoRA-Pre at rank {r} has the lowest held-out loss (ratio to the best of AdamW, GaLore)",
-                 lp_r / min(loss["AdamW"], galore), "<=", 1.0, kind=ClaimKind.PAPER)
+    report.claim_from_runs("rank-r-near-adamw", f"LoRA-Pre at rank {r} within 2% of AdamW's held-out loss (ratio)",
+                 [lp_r / loss["AdamW"]], "<=", 1.02, kind=ClaimKind.PAPER)
+    report.claim_from_runs("eighth-rank-matches-galore", f"LoRA-Pre at rank {r8} at least as good as GaLore at rank {r} (loss ratio)",
+                 [lp_r8 / galore], "<=", 1.0, kind=ClaimKind.PAPER)
+    report.claim_from_runs("lowest-loss", f"LoRA-Pre at rank {r} has the lowest held-out loss (ratio to the best of AdamW, GaLore)",
+                 [lp_r / min(loss["AdamW"], galore)], "<=", 1.0, kind=ClaimKind.PAPER)
     report.note(
         f"Model: Llama, hidden {s.hidden}, {s.layers} layers, {s.heads} heads ({s.kv_heads} KV), SwiGLU {s.intermediate}, "
         f"tied 49152-token SmolLM2 embeddings; sequence {s.seq_len}, batch {s.batch}, {s.steps} steps, warmup 10% + cosine "
