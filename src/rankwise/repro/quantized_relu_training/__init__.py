@@ -1,0 +1,1 @@
+"""The experiments of quantized-relu-training: `main`."""
