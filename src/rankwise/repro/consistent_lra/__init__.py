@@ -1,0 +1,1 @@
+"""The experiments of consistent-lra: `main`."""

@@ -1,0 +1,1 @@
+"""The experiments of tubal-rank-recovery: `main`."""
