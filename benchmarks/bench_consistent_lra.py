@@ -25,6 +25,7 @@ from rankwise.algorithms.consistent_lra import (
     adversarial_alternation,
 )
 from rankwise.core.io import write_bytes_atomic, write_text_atomic
+from timing import loglog_slope
 
 EPS = 0.2
 ALGS = {
@@ -47,10 +48,6 @@ def per_row(name: str, rows: np.ndarray, k: int, repeats: int) -> tuple[float, f
         best = min(best, time.perf_counter() - t0)
         recourse = s.recourse
     return best / x.shape[0], recourse
-
-
-def slope(xs, ys) -> float:
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
 
 
 def main() -> None:
@@ -94,7 +91,7 @@ def main() -> None:
         for name, pts in per_alg.items():
             secs = [p[1] for p in pts]
             lines.append(f"| {name} | " + " | ".join(f"{x * 1e6:.1f}" for x in secs)
-                         + f" | {slope(sizes, secs):.2f} | {secs[-1] / svd:.3f} | {secs[-1] / fd:.3f} | {pts[-1][2]:.3g} |")
+                         + f" | {loglog_slope(sizes, secs):.2f} | {secs[-1] / svd:.3f} | {secs[-1] / fd:.3f} | {pts[-1][2]:.3g} |")
         lines.append("")
     lines += ["A pays one eigendecomposition per recomputation (O(log n) of them) and a cumulative sum per row; D and "
               "recompute-SVD pay one d x d eigenvalue problem per row (D only eigenvalues, recompute-SVD the vectors "

@@ -14,7 +14,6 @@ import argparse
 import os
 import platform
 import statistics
-import time
 import warnings
 from pathlib import Path
 
@@ -23,16 +22,7 @@ import torch
 import rankwise.quant.block as block
 from rankwise.core.io import write_text_atomic
 from rankwise.quant import get_recipe, pack_nibbles, quantize
-
-
-def best_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from timing import best_time
 
 
 def main() -> None:
@@ -75,8 +65,8 @@ def main() -> None:
         torch.set_num_threads(threads)
         block.QUANT_NUM_THREADS = None  # both libraries run on the same thread count here
         for name, (ours, theirs) in cases.items():
-            t_ours = best_time(ours, args.repeats)
-            t_theirs = best_time(theirs, args.repeats) if theirs else None
+            t_ours = best_time(ours, args.repeats)[0]
+            t_theirs = best_time(theirs, args.repeats)[0] if theirs else None
             rows.append((threads, name, n / t_ours, n / t_theirs if t_theirs else None))
             print(rows[-1])
     torch.set_num_threads(default_threads)

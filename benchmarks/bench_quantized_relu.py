@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import math
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,17 +22,9 @@ from rankwise.algorithms.quantized_relu import (
     QuantizedArchitecture, brute_force, brute_force_assignments, layer_dp, planted_instance,
 )
 from rankwise.core.io import write_bytes_atomic, write_text_atomic
+from timing import best_time
 
 BRUTE_WORK = 1 << 23  # brute force runs where d^params * distinct inputs <= this
-
-
-def best_time(fn, repeats: int):
-    out, best = None, math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def sweeps(quick: bool):
@@ -77,11 +68,11 @@ def main() -> None:
         rows = []
         for value, arch, n in points:
             _, x, y = planted_instance(arch, n, rng)
-            t_dp, sol = best_time(lambda: layer_dp(arch, x, y, early_stop=False), args.repeats)
+            t_dp, sol = best_time(lambda: layer_dp(arch, x, y, early_stop=False), args.repeats, warmup=False)
             row = {"value": value, "params": arch.n_params, "p": sol.p, "dp_s": t_dp, "dp_ops": sol.operations,
                    "states": sum(sol.stats["states_per_layer"]), "bf_s": None, "bf_ops": None}
             if brute_force_assignments(arch) * min(n, arch.d ** arch.inputs) <= BRUTE_WORK:
-                t_bf, bsol = best_time(lambda: brute_force(arch, x, y), args.repeats)
+                t_bf, bsol = best_time(lambda: brute_force(arch, x, y), args.repeats, warmup=False)
                 assert bsol.errors == sol.errors
                 row["bf_s"], row["bf_ops"] = t_bf, bsol.operations
             rows.append(row)

@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from rankwise.algorithms.tubal import (
@@ -26,20 +24,7 @@ from rankwise.algorithms.tubal import (
     t_svd, unfold_slices,
 )
 from rankwise.core.io import write_bytes_atomic, write_text_atomic
-
-
-def best(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def slope(xs, ys) -> float:
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+from timing import best_time, loglog_slope
 
 
 def main() -> None:
@@ -58,10 +43,10 @@ def main() -> None:
     def product_case(n, k):
         a = torch.randn(n, n, k, generator=gen, dtype=torch.float64)
         b = torch.randn(n, n, k, generator=gen, dtype=torch.float64)
-        ours = best(lambda: t_product(a, b), args.repeats)
-        direct = best(lambda: fold_slices(block_circulant(a) @ unfold_slices(b), k), args.repeats)
+        ours = best_time(lambda: t_product(a, b), args.repeats)[0]
+        direct = best_time(lambda: fold_slices(block_circulant(a) @ unfold_slices(b), k), args.repeats)[0]
         err = float((t_product(a, b) - fold_slices(block_circulant(a) @ unfold_slices(b), k)).abs().max())
-        return ours, direct, err, best(lambda: t_svd(a), args.repeats)
+        return ours, direct, err, best_time(lambda: t_svd(a), args.repeats)[0]
 
     for name, points in (("n (k = 8)", [(n, 8) for n in args.sizes]), ("k (n = 32)", [(32, k) for k in args.tubes])):
         for label in ("t-product FFT", "t-product bcirc", "t-SVD"):
@@ -80,7 +65,7 @@ def main() -> None:
         ops = GaussianMeasurements.draw(5 * n * 3 * 3, (n, n, 3), seed=1)
         y = ops(x)
         u0 = small_init(n, n, 3, 1e-3, seed=0)
-        sec = best(lambda: factorized_gd(ops, y, u0, step=0.1, iterations=20, desc=""), 1) / 21
+        sec = best_time(lambda: factorized_gd(ops, y, u0, step=0.1, iterations=20, desc=""), 1)[0] / 21
         rows["FGD iteration vs n (k = 3, r = 3, R = n, m = 5nrk)"].append((n, sec, None))
         print("fgd", n, f"{sec * 1e3:.3f} ms/iter", flush=True)
 
@@ -93,9 +78,9 @@ def main() -> None:
         sizes, secs = [p[0] for p in pts], [p[1] for p in pts]
         errs = [p[2] for p in pts if p[2] is not None]
         lines.append(f"| {what} | {' '.join(map(str, sizes))} | {' '.join(f'{s * 1e3:.3g}' for s in secs)} | "
-                     f"{slope(sizes, secs):.2f} | {max(errs):.1e} |" if errs else
+                     f"{loglog_slope(sizes, secs):.2f} | {max(errs):.1e} |" if errs else
                      f"| {what} | {' '.join(map(str, sizes))} | {' '.join(f'{s * 1e3:.3g}' for s in secs)} | "
-                     f"{slope(sizes, secs):.2f} | |")
+                     f"{loglog_slope(sizes, secs):.2f} | |")
     lines.append("")
     for name in ("n (k = 8)", "k (n = 32)"):
         ratio = [d[1] / f[1] for f, d in zip(rows[f"t-product FFT vs {name}"], rows[f"t-product bcirc vs {name}"])]
