@@ -1,0 +1,1 @@
+"""Reproduction of loss-curve collapse (Bergsma et al., ICLR 2026)."""
