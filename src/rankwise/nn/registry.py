@@ -8,6 +8,7 @@ instance, so the whole matrix stays fast.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +35,24 @@ class LayerSpec:
     meta_device: bool = True  # the forward runs on the meta device (shape propagation only)
 
 
-LAYERS: tuple[LayerSpec, ...] = ()
+def spec_from_module(name: str, method: str, module: str, **options: object) -> LayerSpec:
+    """A LayerSpec whose `build` and `inputs` are `module`'s functions of those names, imported on first use (so
+    importing the registry imports no layer code)."""
+
+    def build(seed: int) -> nn.Module:
+        return importlib.import_module(module).build(seed)
+
+    def inputs(gen: torch.Generator, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        return importlib.import_module(module).inputs(gen, dtype)
+
+    return LayerSpec(name, method, build, inputs, **options)
+
+
+LAYERS: tuple[LayerSpec, ...] = (
+    spec_from_module("MixtureOfMemories", "mixture-of-memories", "rankwise.nn.mixture_of_memories.spec"),
+    spec_from_module("Lorsa", "lorsa", "rankwise.nn.lorsa.spec"),
+    spec_from_module("LRNN", "lrnn", "rankwise.nn.lrnn.spec"),
+)
 
 
 def get_layer_spec(name: str) -> LayerSpec:

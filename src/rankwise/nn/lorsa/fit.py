@@ -1,0 +1,145 @@
+"""Fitting a replacement (Lorsa, or the SAE baseline) to captured activations, and the fidelity metric FVU.
+
+Data: inputs X and targets Y [N, seq, d] (for Lorsa X = the attention input after the pre-norm, Y = the output after
+o_proj; for the SAE X = Y). Both are rescaled so that their mean token norm is sqrt(d); the scales live in the
+module's `input_scale` / `output_scale` buffers, so the fitted module maps raw activations to raw outputs. The loss
+is the MSE in the normalised space over every position but the first `skip_first` (BOS / attention sink). Adam
+without weight decay, gradient clipping at 1.0, a warmup-stable-decay learning rate and a K annealing warmup.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from rankwise.core.progress import progress
+from rankwise.errors import InvalidInputError, NumericalError
+from rankwise.nn.lorsa.checks import check_sequence
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """steps of Adam at `lr` on `batch_size` sequences; K anneals linearly from `k_start` (None: no annealing) to
+    the module's K over the first `k_warmup` fraction of steps; the lr warms up over `warmup`, decays linearly to
+    `final_lr_ratio * lr` over the last `decay` fraction."""
+
+    steps: int
+    lr: float
+    batch_size: int = 16
+    warmup: float = 0.05
+    decay: float = 0.2
+    final_lr_ratio: float = 0.01
+    k_start: int | None = None
+    k_warmup: float = 0.1
+    grad_clip: float = 1.0
+    skip_first: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or not (math.isfinite(self.lr) and self.lr > 0):
+            raise InvalidInputError(f"steps and batch_size must be >= 1 and lr > 0, got {self.steps}, {self.batch_size}, {self.lr}")
+        if self.skip_first < 0:
+            raise InvalidInputError(f"skip_first must be >= 0, got {self.skip_first}")
+
+    def lr_at(self, step: int) -> float:
+        w, d = max(1, round(self.warmup * self.steps)), round(self.decay * self.steps)
+        if step < w:
+            return self.lr * (step + 1) / w
+        if d and step >= self.steps - d:
+            frac = (step - (self.steps - d) + 1) / d
+            return self.lr * (1 - frac * (1 - self.final_lr_ratio))
+        return self.lr
+
+    def k_at(self, step: int, k: int) -> int:
+        if self.k_start is None:
+            return k
+        n = max(1, round(self.k_warmup * self.steps))
+        return k if step >= n else int(round(self.k_start + (k - self.k_start) * step / n))
+
+
+@dataclass
+class FitResult:
+    losses: list[float] = field(default_factory=list)  # normalised MSE per step
+
+
+def mean_token_norm(t: torch.Tensor, skip_first: int = 1) -> float:
+    """Mean L2 norm of the tokens of t [N, seq, d] after the first `skip_first` positions."""
+    return float(t[:, skip_first:].double().norm(dim=-1).mean())
+
+
+def set_scales_(module: nn.Module, x: torch.Tensor, y: torch.Tensor, skip_first: int = 1) -> None:
+    """Set `input_scale` / `output_scale` so that X and Y have mean token norm sqrt(d) inside the module."""
+    d = x.size(-1)
+    for name, t in (("input_scale", x), ("output_scale", y)):
+        norm = mean_token_norm(t, skip_first)
+        if not norm > 0:
+            raise NumericalError(f"the {name.split('_')[0]} activations are all zero: nothing to fit")
+        getattr(module, name).fill_(math.sqrt(d) / norm)
+
+
+@torch.no_grad()
+def init_output_(module: nn.Module, x: torch.Tensor, y: torch.Tensor, skip_first: int = 1) -> None:
+    """b_O = mean of Y (normalised), then W_V, b_V scaled so the output deviation matches Y's on one batch.
+
+    The authors also scale W_Q, W_K; scaling only the values matches the norms exactly (the top-K ranking is
+    invariant to a common scale) without sharpening the initial patterns. Lorsa only; the SAE needs none.
+    """
+    ys = y[:, skip_first:] * module.output_scale
+    module.b_O.copy_(ys.reshape(-1, ys.size(-1)).mean(0))
+    pred = module(x)[:, skip_first:] * module.output_scale
+    ratio = (ys - module.b_O).norm(dim=-1).mean() / (pred - module.b_O).norm(dim=-1).mean().clamp_min(1e-12)
+    module.W_V.mul_(ratio)
+    module.b_V.mul_(ratio)
+
+
+def fit(module: nn.Module, x: torch.Tensor, y: torch.Tensor, config: FitConfig, desc: str = "fit") -> FitResult:
+    """Train `module` (called as module(x_batch, k=...)) to map x [N, seq, d_in] to y [N, seq, d]. In place."""
+    check_sequence(x, x.size(-1) if x.dim() == 3 else -1, "inputs")
+    check_sequence(y, y.size(-1) if y.dim() == 3 else -1, "targets")
+    if x.shape[:2] != y.shape[:2]:
+        raise InvalidInputError(f"inputs {tuple(x.shape)} and targets {tuple(y.shape)} must share [N, seq]")
+    if y.size(1) <= config.skip_first:
+        raise InvalidInputError(f"sequences of {y.size(1)} tokens leave nothing after skipping {config.skip_first}")
+    k_final = module.config.k if hasattr(module, "config") else module.k
+    gen = torch.Generator().manual_seed(config.seed)
+    set_scales_(module, x, y, config.skip_first)
+    if hasattr(module, "b_O"):
+        init_output_(module, x[: config.batch_size], y[: config.batch_size], config.skip_first)
+    opt = torch.optim.Adam(module.parameters(), lr=config.lr, weight_decay=0.0)
+    result = FitResult()
+    s = config.skip_first
+    for step in progress(range(config.steps), desc=desc, total=config.steps):
+        for group in opt.param_groups:
+            group["lr"] = config.lr_at(step)
+        idx = torch.randint(0, x.size(0), (config.batch_size,), generator=gen)
+        pred = module(x[idx], k=config.k_at(step, k_final))
+        # The loss in normalised units, so lr and clipping mean the same at any activation scale.
+        loss = (pred[:, s:] - y[idx, s:]).mul(module.output_scale).pow(2).sum(-1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if not torch.isfinite(loss):
+            raise NumericalError(f"{desc}: the loss became {float(loss)} at step {step}; lower the learning rate")
+        nn.utils.clip_grad_norm_(module.parameters(), config.grad_clip)
+        opt.step()
+        if hasattr(module, "after_step"):
+            module.after_step()
+        result.losses.append(float(loss.detach()))
+    return result
+
+
+@torch.no_grad()
+def fvu(module: nn.Module, x: torch.Tensor, y: torch.Tensor, skip_first: int = 1, batch_size: int = 32) -> float:
+    """Fraction of variance unexplained sum ||y_hat - y||^2 / sum ||y - mean(y)||^2 over positions >= skip_first."""
+    if x.shape[:2] != y.shape[:2]:
+        raise InvalidInputError(f"inputs {tuple(x.shape)} and targets {tuple(y.shape)} must share [N, seq]")
+    err, total = 0.0, 0.0
+    yv = y[:, skip_first:].double()
+    mean = yv.reshape(-1, y.size(-1)).mean(0)
+    for i in range(0, x.size(0), batch_size):
+        pred = module(x[i:i + batch_size])[:, skip_first:].double()
+        err += float((pred - yv[i:i + batch_size]).pow(2).sum())
+        total += float((yv[i:i + batch_size] - mean).pow(2).sum())
+    return err / total

@@ -1,0 +1,1 @@
+"""Reproduction `mixture-of-memories`: multi-query associative recall, MoM against single-memory linear attention."""

@@ -1,0 +1,40 @@
+"""`rankwise lorsa top` on a saved Lorsa of a tiny Llama (the real command path: load, capture, rank, decode)."""
+
+import pytest
+import torch
+
+from rankwise.cli import main
+from rankwise.nn.lorsa import save_lorsa
+
+pytestmark = pytest.mark.method("lorsa")
+
+
+@pytest.fixture
+def saved(tmp_path, tmp_cache):
+    from rankwise.models import load_smollm2_tokenizer, tiny_llama
+    from rankwise.repro.lorsa.capture import exact_lorsa
+
+    model = tiny_llama(seed=0)
+    model.save_pretrained(tmp_path / "model")
+    load_smollm2_tokenizer().save_pretrained(tmp_path / "model")
+    lorsa = exact_lorsa(model, 1)  # K = n_ov: every head is active, so every head has contexts
+    save_lorsa(lorsa, tmp_path / "lorsa", source={"model": str(tmp_path / "model"), "layer": 1, "seq_len": 32})
+    return tmp_path / "lorsa"
+
+
+def test_lorsa_top_prints_the_contexts(saved, capsys):
+    assert main(["--quiet", "lorsa", "top", str(saved), "--head", "5", "--n", "3", "--windows", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "head 5 of 64" in out and "layer 1" in out
+    assert sum(line.strip().startswith(("1.", "2.", "3.")) for line in out.splitlines()) == 3
+    assert "[[" in out and "top source" in out
+
+
+def test_lorsa_top_bad_head(saved, capsys):
+    assert main(["--quiet", "lorsa", "top", str(saved), "--head", "64"]) == 2
+    assert "--head must be in [0, 64)" in capsys.readouterr().err
+
+
+def test_lorsa_top_not_a_lorsa_folder(tmp_path, capsys):
+    assert main(["--quiet", "lorsa", "top", str(tmp_path), "--head", "0"]) == 2
+    assert "error" in capsys.readouterr().err
