@@ -1,0 +1,1 @@
+"""The experiments of hybrid-online-learning: `main`."""
