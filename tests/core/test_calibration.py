@@ -36,10 +36,11 @@ def test_second_moments_equal_manual_xtx(tmp_cache):
 def test_cache_hit_and_corrupt_cache_recomputed(tmp_cache):
     model = tiny_llama(seed=4)
     first = collect_second_moments(model, NAMES, _batches())
-    files = list((tmp_cache / "calibration").glob("*.safetensors"))
+    files = list((tmp_cache / "calibration").rglob("*.safetensors"))  # one hash-checked entry folder per setting
     assert len(files) == 1
     files[0].write_bytes(b"garbage")
-    again = collect_second_moments(model, NAMES, _batches())
+    with pytest.warns(UserWarning, match="corrupted cache entry"):
+        again = collect_second_moments(model, NAMES, _batches())
     assert torch.equal(first[NAMES[0]].sum_xxT, again[NAMES[0]].sum_xxT)
     cached = collect_second_moments(model, NAMES, _batches())
     assert torch.equal(first[NAMES[1]].sum_xxT, cached[NAMES[1]].sum_xxT)

@@ -36,6 +36,7 @@ class AdapterConfig:
     layers_pattern: str | None = None  # None: try DEFAULT_LAYER_PATTERNS
 
     def validate(self) -> None:
+        check_field_types(self)
         if not isinstance(self.r, int) or isinstance(self.r, bool) or self.r < 1:
             raise InvalidInputError(f"{self.method} rank r must be a positive integer, got {self.r!r}")
         if isinstance(self.target_modules, str):
@@ -61,6 +62,28 @@ class AdapterConfig:
         if unknown:
             warnings.warn(f"{cls.__name__}: ignoring unknown config key(s) {unknown} (written by a newer or different version?)", stacklevel=2)
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+_SIMPLE_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "None": (type(None),)}
+
+
+def check_field_types(config: AdapterConfig) -> None:
+    """Each field of a scalar type (int, float, bool, str, unions of them with None) holds a value of that type.
+
+    A config built from text (`--option lora_alpha=abc`) would otherwise fail deep in the forward pass with a
+    TypeError; fields of other types (lists, dicts) are left to the subclasses' own checks.
+    """
+    for f in dataclasses.fields(config):
+        alternatives = [a.strip() for a in str(f.type).split("|")]
+        if not all(a in _SIMPLE_TYPES for a in alternatives):
+            continue
+        value = getattr(config, f.name)
+        allowed = tuple(t for a in alternatives for t in _SIMPLE_TYPES[a])
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise InvalidInputError(
+                f"{config.method or type(config).__name__} option {f.name} must be {' or '.join(alternatives)}, "
+                f"got {value!r} ({type(value).__name__})"
+            )
 
 
 def layer_index(module_name: str, layers_pattern: str | None = None) -> int | None:

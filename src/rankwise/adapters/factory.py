@@ -8,6 +8,7 @@ builds: this package does not load data).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -25,6 +26,11 @@ DEFAULT_TARGETS = {
     "llama": ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj"],
     "bert": ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"],
 }
+
+
+# Config fields build_config sets from its own arguments (named as the CLI names them): never method options.
+RESERVED_OPTIONS = {"r": "rank argument (--rank)", "target_modules": "targets argument (--targets / --targets-regex)",
+                    "layers_to_transform": "top_k_layers argument (--top-k-layers)"}
 
 
 def available_methods() -> list[str]:
@@ -52,7 +58,10 @@ def top_layers(model: nn.Module, k: int | None) -> list[int] | None:
 
 def build_config(method: str, rank: int, targets: list[str] | str, layers: list[int] | None = None, **options: Any) -> AdapterConfig:
     cls = adapter_type(method)
-    fields = {f for f in cls.config_class.__dataclass_fields__}
+    fields = {f.name for f in dataclasses.fields(cls.config_class)}  # not the ClassVar `method`
+    for key, argument in RESERVED_OPTIONS.items():
+        if key in options:
+            raise InvalidInputError(f"option {key!r} is set by the {argument}, not as a method option")
     unknown = sorted(set(options) - fields)
     if unknown:
         raise InvalidInputError(f"method {method!r} has no option(s) {unknown}; its options are {sorted(fields)}")

@@ -14,6 +14,7 @@ Attribute access falls through to the wrapped model (`.config`, `.generate`, ...
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from torch import nn
 
 from rankwise.adapters.base import AdaptedLinear, Adapter, AdapterSite, SharedParameters
 from rankwise.adapters.config import AdapterConfig, find_targets, layer_index, module_type
-from rankwise.adapters.peft_format import read_adapter_folder, save_adapter
+from rankwise.adapters.peft_format import SavedAdapter, agrees_with_peft_files, peft_form, read_adapter_sources, save_adapter
 from rankwise.adapters.types import adapter_type
 from rankwise.core.calibration import SecondMoment
 from rankwise.errors import CorruptFileError, InvalidInputError, UnknownNameError
@@ -286,16 +287,53 @@ def add_adapter(
 def load_adapter(model: nn.Module, folder: str | Path, adapter_name: str = "default") -> AdaptedModel:
     """Load a saved adapter onto `model` (a base model or an AdaptedModel); returns the AdaptedModel.
 
-    Reads our files when present (exact round trip, any registered method), else a plain PEFT LoRA folder. Raises
-    CorruptFileError for a damaged folder and InvalidInputError, naming the module, when the adapter was saved for a
-    model with different modules or shapes.
+    Reads our files when the folder's manifest vouches for them (exact round trip, any registered method), else the
+    PEFT files, which are the source of truth: our files are then used only if they deploy to exactly those PEFT
+    files, and otherwise the PEFT LoRA is loaded with a warning — so rankwise computes what `peft` computes. A
+    plain PEFT folder written by peft loads too. Modules saved whole (`modules_to_save`, e.g. a classification
+    head) are restored into `model`'s modules of those names. Raises CorruptFileError for a damaged folder and
+    InvalidInputError, naming the module, when the adapter was saved for a model with different modules or shapes.
     """
-    config, state, modules = read_adapter_folder(folder)
+    ours, peft_side, verified = read_adapter_sources(folder)
     adapted = model if isinstance(model, AdaptedModel) else AdaptedModel(model)
-    _check_modules(adapted, modules, state)
-    adapted.add_adapter(adapter_name, config, initialize=False, modules=modules)
-    _fill(adapted, adapter_name, state)
+    chosen = ours if ours is not None and (verified or peft_side is None) else peft_side
+    if chosen is ours and not verified and ours is not None:
+        warnings.warn(f"{folder} has no valid manifest and no PEFT files to check against: loading its rankwise files as they are",
+                      stacklevel=2)
+    if ours is not None and chosen is peft_side:
+        # Unverified: keep our (richer) reading only where it deploys to exactly what the PEFT files hold.
+        _put(adapted, adapter_name, ours)
+        if agrees_with_peft_files(peft_form(adapted.adapters_of(adapter_name), None, "", ours_to_save(ours), ours.extra), folder):
+            return adapted
+        adapted.delete_adapter(adapter_name)
+        warnings.warn(
+            f"{folder}: rankwise_adapter.* disagree with the PEFT files (edited after saving?); loading the PEFT files, "
+            "which are what peft loads", stacklevel=2)
+    _put(adapted, adapter_name, chosen)
     return adapted
+
+
+def ours_to_save(saved: SavedAdapter) -> list[str]:
+    """The module names of `saved.extra` (`head.weight` -> `head`), as PEFT's modules_to_save lists them."""
+    return sorted({k.rsplit(".", 1)[0] for k in saved.extra})
+
+
+def _put(adapted: AdaptedModel, adapter_name: str, saved: SavedAdapter) -> None:
+    targets = dict(adapted.model.state_dict(keep_vars=True))
+    missing = sorted(k for k in saved.extra if k not in targets)
+    if missing:
+        raise InvalidInputError(f"the adapter was saved with modules to save {missing[:3]}, which this model lacks "
+                                "(for a classifier, load it onto SequenceClassifier(base, num_labels))")
+    for key, value in saved.extra.items():
+        if targets[key].shape != value.shape:
+            raise InvalidInputError(f"the adapter was saved for a different model: {key} has shape {tuple(value.shape)}, "
+                                    f"here {tuple(targets[key].shape)}")
+    _check_modules(adapted, saved.modules, saved.state)
+    adapted.add_adapter(adapter_name, saved.config, initialize=False, modules=saved.modules)
+    _fill(adapted, adapter_name, saved.state)
+    with torch.no_grad():
+        for key, value in saved.extra.items():
+            targets[key].copy_(value.to(targets[key].dtype))
 
 
 def _check_modules(adapted: AdaptedModel, modules: list[str], state: dict[str, torch.Tensor]) -> None:

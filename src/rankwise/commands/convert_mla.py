@@ -14,31 +14,54 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rankwise.compress.mla.allocation import ALLOCATIONS, SCORES
-from rankwise.compress.mla.calibration import DEFAULT_SAMPLES, DEFAULT_SEQ_LEN
-from rankwise.compress.mla.factorize import ALIASES, METHODS
-from rankwise.compress.mla_deploy.rope import SELECTIONS
+from rankwise.commands.choices import (MLA_ALLOCATIONS, MLA_CALIB_SAMPLES, MLA_CALIB_SEQ_LEN, MLA_METHODS, MLA_SCORES,
+                                       ROPE_SELECTIONS)
+from rankwise.commands.common import check_output, checkpoint_note, nonnegative_float, nonnegative_int, positive_int, require_model
+from rankwise.models import folders
+
+# What `--model` may be: an original Llama-family model (embedded or a folder); conversions are refused up front.
+ACCEPTS = frozenset({folders.EMBEDDED, folders.MODEL})
+MODEL_TYPES = ("llama", "mistral")
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
-    p = kinds.add_parser("mla", help="GQA/MHA -> multi-head latent attention, one-shot (CARE and baselines)")
+    p = kinds.add_parser("mla", help="GQA/MHA -> multi-head latent attention, one-shot (CARE and baselines)",
+                         description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="smollm2-135m, or a saved Llama-family transformers folder")
-    p.add_argument("--kv-rank", type=int, required=True, help="latent dims per matrix per layer (mean, if adjusted); 48 of 192 saves 75%% of SmolLM2's KV cache")
-    p.add_argument("--method", default="care", choices=sorted([*METHODS, *ALIASES]))
-    p.add_argument("--allocation", default="uniform", choices=ALLOCATIONS, help="uniform ranks, or CARE's water-filling ('adjusted')")
-    p.add_argument("--score", default="paper", choices=SCORES, help="adjusted allocation's score: the paper's formula or the authors' code")
-    p.add_argument("--damping", type=float, default=None, help="relative damping of C (default: 0.1 for care, 0.01 for svd-llm)")
-    p.add_argument("--calib-samples", type=int, default=DEFAULT_SAMPLES, help="calibration windows (default %(default)s)")
-    p.add_argument("--calib-seq-len", type=int, default=DEFAULT_SEQ_LEN, help="tokens per calibration window (default %(default)s)")
-    p.add_argument("--eval-windows", type=int, default=8, help="held-out 512-token windows for perplexity; 0 skips it (default %(default)s)")
-    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--kv-rank", type=positive_int, required=True, help="latent dims per matrix per layer (mean, if adjusted); 48 of 192 saves 75%% of SmolLM2's KV cache")
+    p.add_argument("--method", default="care", choices=MLA_METHODS, help="factorization: care (CARE), or a baseline (svd = palu, asvd, svd-llm, mha2mla)")
+    p.add_argument("--allocation", default="uniform", choices=MLA_ALLOCATIONS, help="uniform ranks, or CARE's water-filling ('adjusted')")
+    p.add_argument("--score", default="paper", choices=MLA_SCORES, help="adjusted allocation's score: the paper's formula or the authors' code")
+    p.add_argument("--damping", type=nonnegative_float, default=None, help="relative damping of C, >= 0 (default: 0.1 for care, 0.01 for svd-llm)")
+    p.add_argument("--calib-samples", type=positive_int, default=MLA_CALIB_SAMPLES, help="calibration windows (default %(default)s)")
+    p.add_argument("--calib-seq-len", type=positive_int, default=MLA_CALIB_SEQ_LEN, help="tokens per calibration window (default %(default)s)")
+    p.add_argument("--eval-windows", type=nonnegative_int, default=8, help="held-out windows for perplexity; 0 skips it (default %(default)s)")
+    p.add_argument("--seq-len", type=positive_int, default=512, help="tokens per perplexity window")
     p.add_argument("--seed", type=int, default=0, help="seeds the choice of calibration windows")
-    p.add_argument("--out", type=Path, help="write the converted model here (a transformers folder)")
+    p.add_argument("--out", type=Path, help="write the converted model here, a new folder (default: not saved)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out even if it holds files rankwise did not write")
     add_deploy_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, on_interrupt=interrupted)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Everything that can be checked before loading the model: the model's kind and the output path."""
+    require_model(args.model, "convert mla", ACCEPTS, causal=True, model_types=MODEL_TYPES)
+    if args.out is not None:
+        check_output(args.out, kind="mla-deploy" if wants_deploy(args) else "mla-oneshot", overwrite=args.overwrite)
+    if getattr(args, "heal_dir", None):
+        check_output(args.heal_dir, "--heal-dir")
+
+
+def interrupted(args: argparse.Namespace) -> str:
+    heal_dir = getattr(args, "heal_dir", None)
+    if heal_dir:
+        return checkpoint_note(Path(heal_dir) / "checkpoint", "rerun the same command (same --heal-dir) to resume healing")
+    return "Nothing was written (a conversion is written only when it is complete); run the command again."
 
 
 def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
     if wants_deploy(args):
         return run_deploy(args)
     from rankwise.compress.mla.calibration import calibration_windows
@@ -76,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"perplexity on {windows.size(0)} held-out windows of {args.seq_len} tokens: "
               f"{before.perplexity:.2f} before -> {after.perplexity:.2f} after")
     if args.out:
-        save_mla(converted, args.out, tokenizer)
+        save_mla(converted, args.out, tokenizer, overwrite=args.overwrite)
         print(f"saved to {args.out} (reload with rankwise.models.load_model({str(args.out)!r}))")
     return 0
 
@@ -84,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
 def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("deployable MLA (latent-only KV cache, decoupled RoPE, DeepSeek-V3 export)")
     g.add_argument("--deploy", action="store_true", help="build a real MLA model with a latent-only cache and write it (--out) as a DeepSeek-V3 checkpoint")
-    g.add_argument("--heal", type=int, default=0, metavar="STEPS", help="recovery fine-tune for STEPS steps, the original as teacher (implies --deploy)")
-    g.add_argument("--rope-dims", type=int, default=None, help="width of the shared decoupled RoPE key (default: head_dim / 2)")
-    g.add_argument("--rope-selection", default="high", choices=sorted(SELECTIONS), help="which rotary pairs keep RoPE (default %(default)s)")
-    g.add_argument("--heal-dir", default=None, help="healing checkpoint folder (resumed if it holds a checkpoint)")
+    g.add_argument("--heal", type=nonnegative_int, default=0, metavar="STEPS", help="recovery fine-tune for STEPS steps, the original as teacher (implies --deploy; default 0: none)")
+    g.add_argument("--rope-dims", type=positive_int, default=None, help="width of the shared decoupled RoPE key (default: head_dim / 2)")
+    g.add_argument("--rope-selection", default="high", choices=ROPE_SELECTIONS, help="which rotary pairs keep RoPE (default %(default)s)")
+    g.add_argument("--heal-dir", default=None, help="healing checkpoint folder, resumed if it holds a checkpoint (default: no checkpoints)")
 
 
 def wants_deploy(args: argparse.Namespace) -> bool:
@@ -105,12 +128,16 @@ def run_deploy(args: argparse.Namespace) -> int:
     from rankwise.eval import measure, measured_kv_bytes_per_token, perplexity
     from rankwise.models import load_model
 
-    if args.heal < 0:
-        raise InvalidInputError(f"--heal takes a number of steps >= 0, got {args.heal}")
     set_seed(args.seed)
     model, tokenizer = load_model(args.model)
     head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
     rope_dims = args.rope_dims or head_dim // 2
+    kv_width = (getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads) * head_dim
+    if 2 * args.kv_rank + rope_dims > 2 * kv_width:  # before calibration: the conversion would only cost memory
+        raise InvalidInputError(
+            f"--kv-rank {args.kv_rank} with --rope-dims {rope_dims} caches {2 * args.kv_rank + rope_dims} numbers per token "
+            f"and layer, more than the original's {2 * kv_width}: choose --kv-rank below {(2 * kv_width - rope_dims) // 2 + 1}"
+        )
     windows = token_windows(tokenizer, "eval", args.seq_len, args.eval_windows) if args.eval_windows > 0 else None
     before = perplexity(model, windows, desc="perplexity (original)") if windows is not None else None
     calibration = calibration_windows(token_windows(tokenizer, "calibration", args.calib_seq_len), args.calib_samples, args.seed)
@@ -131,6 +158,6 @@ def run_deploy(args: argparse.Namespace) -> int:
         if windows is not None:
             print(f"perplexity after healing: {perplexity(mla, windows, desc='perplexity (healed)').perplexity:.2f}")
     if args.out:
-        export_deepseek_v3(mla, args.out, tokenizer)
+        export_deepseek_v3(mla, args.out, tokenizer, overwrite=args.overwrite)
         print(f"wrote a DeepSeek-V3 checkpoint to {args.out} (AutoModelForCausalLM.from_pretrained or rankwise.models.load_model)")
     return 0

@@ -5,19 +5,19 @@ from __future__ import annotations
 import argparse
 import time
 
-import torch
-
 DEMO_EVAL_WINDOWS = 12
 DEMO_SEQ_LEN = 512
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="show what rankwise does on the embedded SmolLM2 (a few minutes, offline)")
-    p.add_argument("--prompt", default="In one sentence, what is a low-rank matrix?")
+    p.add_argument("--prompt", default="In one sentence, what is a low-rank matrix?", help="what the demo asks SmolLM2 first")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from rankwise.core.seed import set_seed
     from rankwise.data import token_windows
     from rankwise.demos import DemoContext

@@ -2,10 +2,12 @@
 
 Fine-tunes an embedded model with any registered adapter method, or all its weights (`--method full`), with AdamW
 or a low-rank-state optimizer (`--optimizer lora-pre --optimizer-rank 8`), and writes to DIR:
-  adapter/         a PEFT folder (peft.PeftModel.from_pretrained(base, DIR/adapter) loads it) + rankwise state
+  adapter/         a PEFT folder (peft.PeftModel.from_pretrained(base, DIR/adapter) loads it) + rankwise state;
+                   for a classification task the head is in it too (PEFT modules_to_save), and both peft and
+                   rankwise load it onto rankwise.training.SequenceClassifier(base, num_labels)
   model/           instead of adapter/ with --method full: the fine-tuned model and its tokenizer (transformers
                    save_pretrained; rankwise.models.load_model(DIR/model) reloads both)
-  head.safetensors the classification head (classification tasks only)
+  head.safetensors with --method full on a classification task: the classification head
   metrics.json     parameter counts, final evaluation, loss history
   checkpoint/      the last training checkpoint; rerunning the same command resumes from it
 
@@ -19,42 +21,81 @@ import argparse
 import ast
 from pathlib import Path
 
+from rankwise.commands.choices import ADAPTER_METHODS, OPTIMIZERS, UNCHECKPOINTABLE_OPTIMIZERS
+from rankwise.commands.common import (check_output, checkpoint_note, fraction, nonnegative_float, nonnegative_int,
+                                      positive_float, positive_int, require_model)
+from rankwise.models import folders
+
 TASKS = ("wiki-topics", "wiki-lm")
 FULL = "full"
+# What `--model` may be: an original model, or a quantized one (LoRA on dequantized weights); not an adapter, an MLA
+# conversion (its K/V projections are factor pairs, not nn.Linear) or a run folder.
+ACCEPTS = frozenset({folders.EMBEDDED, folders.MODEL, folders.QUANTIZED, folders.MLA_DEPLOY})
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from rankwise.adapters import available_methods
-    from rankwise.training.optimizers import OPTIMIZERS
-
-    p = sub.add_parser("finetune", help="fine-tune an embedded model with an adapter method (LoRA, PiCa, ...)")
+    p = sub.add_parser("finetune", help="fine-tune an embedded model with an adapter method (LoRA, PiCa, ...)",
+                       description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="smollm2-135m, minilm-l6, or a transformers folder")
     p.add_argument("--task", required=True, choices=TASKS, help="wiki-topics: 12-class topic classification; wiki-lm: language modelling")
-    p.add_argument("--method", required=True, choices=[*available_methods(), FULL],
+    p.add_argument("--method", required=True, choices=[*ADAPTER_METHODS, FULL],
                    help="an adapter method, or 'full' to fine-tune every weight")
-    p.add_argument("--rank", type=int, default=None, help="adapter rank (required for adapter methods)")
-    p.add_argument("--optimizer", default="adamw", choices=sorted(OPTIMIZERS),
+    p.add_argument("--rank", type=positive_int, default=None, help="adapter rank (required for adapter methods; default: none)")
+    p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
                    help="adamw, or a low-rank-state optimizer for full fine-tuning (lora-pre, galore)")
-    p.add_argument("--optimizer-rank", type=int, default=None, help="rank of the optimizer states (lora-pre, galore)")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--optimizer-rank", type=positive_int, default=None, help="rank of the optimizer states (lora-pre, galore; default: none)")
+    p.add_argument("--out", required=True, help="output folder (adapter/ or model/, metrics.json, checkpoint/)")
     p.add_argument("--targets", default=None, help="comma-separated module names (PEFT target_modules); default: the architecture's attention+MLP projections")
-    p.add_argument("--targets-regex", default=None, help="a regex that must match whole module names (instead of --targets)")
-    p.add_argument("--top-k-layers", type=int, default=None, help="adapt only the top K transformer layers (shorter backward)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method-specific config field, e.g. lora_alpha=16 or share=False")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--seq-len", type=int, default=64, help="tokens per example (LM window / classification truncation)")
-    p.add_argument("--train-examples", type=int, default=None, help="use an evenly spaced subset of the training split")
-    p.add_argument("--eval-examples", type=int, default=256)
-    p.add_argument("--eval-every", type=int, default=0)
-    p.add_argument("--checkpoint-every", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--targets-regex", default=None, help="a regex that must match whole module names (instead of --targets; default: none)")
+    p.add_argument("--top-k-layers", type=positive_int, default=None, help="adapt only the top K transformer layers (shorter backward; default: all)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method-specific config field, e.g. lora_alpha=16 or share=False (repeatable; default: none)")
+    p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps")
+    p.add_argument("--batch-size", type=positive_int, default=16, help="examples per micro-batch (the global batch under torchrun)")
+    p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches accumulated per optimizer step")
+    p.add_argument("--lr", type=positive_float, default=1e-3, help="peak learning rate")
+    p.add_argument("--weight-decay", type=nonnegative_float, default=0.0, help="decoupled weight decay")
+    p.add_argument("--warmup-ratio", type=fraction, default=0.1, help="fraction of the steps spent warming up the learning rate")
+    p.add_argument("--seq-len", type=positive_int, default=64, help="tokens per example (LM window / classification truncation)")
+    p.add_argument("--train-examples", type=positive_int, default=None, help="use an evenly spaced subset of the training split (default: all of it)")
+    p.add_argument("--eval-examples", type=positive_int, default=256, help="held-out examples for the evaluation")
+    p.add_argument("--eval-every", type=nonnegative_int, default=0, help="evaluate every N steps (0: only at the end)")
+    p.add_argument("--checkpoint-every", type=nonnegative_int, default=50, help="write a checkpoint every N steps (0: none)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the adapter initialization, data order and dropout")
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint in --out")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, on_interrupt=interrupted)
+
+
+def interrupted(args: argparse.Namespace) -> str:
+    how = "rerun the same command to resume from it (--no-resume starts over)"
+    return checkpoint_note(Path(args.out) / "checkpoint", how)
+
+
+def check_arguments(args: argparse.Namespace) -> dict:
+    """Everything that can be checked before loading a model; returns the parsed --option fields."""
+    from rankwise.errors import InvalidInputError
+
+    if args.targets and args.targets_regex:
+        raise InvalidInputError("give --targets or --targets-regex, not both")
+    full = args.method == FULL
+    if full and (args.rank is not None or args.targets or args.targets_regex or args.option or args.top_k_layers):
+        raise InvalidInputError("--method full trains every weight: it takes no --rank, --targets, --option or --top-k-layers")
+    if not full and args.rank is None:
+        raise InvalidInputError(f"--method {args.method} needs --rank")
+    if args.optimizer in UNCHECKPOINTABLE_OPTIMIZERS and args.checkpoint_every:
+        raise InvalidInputError(
+            f"--optimizer {args.optimizer} keeps a projector object in its state, which a checkpoint cannot store: "
+            "pass --checkpoint-every 0 (no checkpoints, so no resume), or use --optimizer lora-pre"
+        )
+    require_model(args.model, "finetune", ACCEPTS, causal=args.task == "wiki-lm")
+    check_output(args.out)
+    options = parse_options(args.option)
+    if not full:
+        from rankwise.adapters import build_config
+
+        # The whole config, checked now (option names, types, values) rather than after the model is loaded.
+        targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else ["default"])
+        build_config(args.method, args.rank, targets, None, **options).validate()
+    return options
 
 
 def parse_options(items: list[str]) -> dict:
@@ -73,6 +114,7 @@ def parse_options(items: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    options = check_arguments(args)  # before the heavy imports: a bad argument answers at once
     from rankwise.adapters import adapt, adapter_type
     from rankwise.core.io import save_model_folder, save_tensors_atomic, write_json_atomic
     from rankwise.core.progress import say, set_quiet
@@ -84,13 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from rankwise.training import LanguageModelingTask, TrainConfig, distributed, summary, topic_classification, train
     from rankwise.training.optimizers import optimizer_factory
 
-    if args.targets and args.targets_regex:
-        raise InvalidInputError("give --targets or --targets-regex, not both")
     full = args.method == FULL
-    if full and (args.rank is not None or args.targets or args.targets_regex or args.option or args.top_k_layers):
-        raise InvalidInputError("--method full trains every weight: it takes no --rank, --targets, --option or --top-k-layers")
-    if not full and args.rank is None:
-        raise InvalidInputError(f"--method {args.method} needs --rank")
     make_optimizer = optimizer_factory(args.optimizer, args.optimizer_rank)
     out = Path(args.out)
     owns_group = not distributed.is_initialized()
@@ -115,14 +151,19 @@ def run(args: argparse.Namespace) -> int:
             # Calibration data (disjoint from train and eval) only for methods that build from input statistics.
             needs = adapter_type(args.method).needs_statistics
             calibration = list(token_windows(tokenizer, "calibration", args.seq_len, 32).split(8)) if needs else None
-            adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **parse_options(args.option))
+            adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **options)
             say(f"{args.method} r={args.rank} on {args.model}: {adapted.count_parameters()}")
         module = task.wrap(adapted)
     config = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
     )
-    result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer)
+    # Everything the model and data were built from: resuming a checkpoint written with other values is refused.
+    run_config = {"model": str(args.model), "method": args.method, "rank": args.rank, "optimizer_rank": args.optimizer_rank,
+                  "targets": args.targets, "targets_regex": args.targets_regex, "top_k_layers": args.top_k_layers,
+                  "seq_len": args.seq_len, "train_examples": args.train_examples, "eval_examples": args.eval_examples,
+                  **{f"option {k}": v for k, v in sorted(options.items())}}
+    result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer, run_config=run_config)
     adapter_params = None if full else adapted.count_parameters().trainable
     what = "model" if full else f"{adapter_params:,} adapter parameters"
     if main:  # every rank holds the same trained weights; one writes them
@@ -133,9 +174,11 @@ def run(args: argparse.Namespace) -> int:
                 tokenizer.save_pretrained(tmp)
 
             save_model_folder(out / "model", write_model)
+        elif module is not adapted:  # a classifier: the head is saved in the adapter, the PEFT way (modules_to_save)
+            adapted.save(out / "adapter", base_model_name_or_path=args.model, prefix="model.", modules_to_save={"head": module.head})
         else:
             adapted.save(out / "adapter", base_model_name_or_path=args.model)
-        if module is not adapted:
+        if full and module is not adapted:
             save_tensors_atomic(out / "head.safetensors", {k: v for k, v in module.head.state_dict().items()})
         trainable_total = sum(p.numel() for p in module.parameters() if p.requires_grad)
         write_json_atomic(out / "metrics.json", {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from rankwise.core.io import write_text_atomic
 from rankwise.errors import RankwiseError
 from rankwise.registry import METHODS, STATUSES, markdown_table, readme_with_table, repo_root
 
@@ -19,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.update_readme:
+        from rankwise.core.io import write_text_atomic  # imports torch: only when writing
+
         root = repo_root()
         if root is None:
             raise RankwiseError("--update-readme needs the source checkout")

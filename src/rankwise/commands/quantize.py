@@ -6,25 +6,36 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rankwise.commands.common import check_output, positive_int, require_model
+from rankwise.models import folders
+
 ELEMENTS = ("fp4", "fp8-e4m3", "fp8-e5m2")
 SCALES = ("e8m0", "ue4m3", "ue5m3", "ue5m3-ieee", "ue5m3-nospecials", "fp32")
+# What `--model` may be: an original model (embedded, a transformers folder, or a deployable MLA, which is a stock
+# DeepSeek-V3 model). Refused up front: a one-shot MLA (its factor pairs would not reload), an already quantized
+# folder, an adapter or a run folder.
+ACCEPTS = frozenset({folders.EMBEDDED, folders.MODEL, folders.MLA_DEPLOY})
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quantize", help="block-quantize a model's linear weights (MXFP4, NVFP4, FP4 with UE5M3 scales, ...)")
+    p = sub.add_parser("quantize", help="block-quantize a model's linear weights (MXFP4, NVFP4, FP4 with UE5M3 scales, ...)",
+                       description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="smollm2-135m, minilm-l6, or a saved transformers folder")
     p.add_argument("--format", default="fp4", choices=ELEMENTS, help="element format (default fp4 = E2M1)")
     p.add_argument("--scale", default="ue5m3", choices=SCALES, help="block-scale format (default ue5m3)")
-    p.add_argument("--block", type=int, default=16, help="block size along the input dimension (even, 2..1024)")
+    p.add_argument("--block", type=positive_int, default=16, help="block size along the input dimension (even, 2..1024)")
     p.add_argument("--global-scale", action="store_true", help="add the per-tensor fp32 scale (NVFP4-style)")
     p.add_argument("--scale-rule", choices=("floor", "ceil", "even", "rceil"), help="E8M0 scale rounding (default floor)")
-    p.add_argument("--out", type=Path, required=True, help="folder to write (replaced atomically)")
-    p.add_argument("--max-windows", type=int, default=4, help="held-out 512-token windows for perplexity")
-    p.add_argument("--sentences", type=int, default=64, help="held-out sentences for embedding fidelity (encoders)")
+    p.add_argument("--out", type=Path, required=True, help="folder to write (a new folder, or one rankwise wrote; written atomically)")
+    p.add_argument("--overwrite", action="store_true", help="replace --out even if it holds files rankwise did not write")
+    p.add_argument("--max-windows", type=positive_int, default=4, help="held-out 512-token windows for perplexity")
+    p.add_argument("--sentences", type=positive_int, default=64, help="held-out sentences for embedding fidelity (encoders)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    require_model(args.model, "quantize", ACCEPTS)  # before any work: the kind of --model, then the output
+    check_output(args.out, kind="microscaling", overwrite=args.overwrite)
     from rankwise.core.progress import say
     from rankwise.models import load_model
     from rankwise.quant import make_recipe, save_quantized
@@ -32,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     recipe = make_recipe(args.format, args.scale, args.block, args.global_scale, args.scale_rule)
     model, tokenizer = load_model(args.model)
     say(f"quantizing {args.model}: {recipe.describe()}")
-    summary = save_quantized(model, tokenizer, recipe, args.out)
+    summary = save_quantized(model, tokenizer, recipe, args.out, overwrite=args.overwrite)
     reloaded, _ = load_model(args.out)
     quality = _quality(model, reloaded, tokenizer, args)
     print(f"{args.model} -> {args.out} ({recipe.describe()})")

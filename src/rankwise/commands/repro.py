@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rankwise.commands.common import check_output
 from rankwise.registry import parse_target, repo_root
 
 
@@ -12,8 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("repro", help="run a method's reproduction and write docs/results/<slug>/")
     p.add_argument("target", metavar="SLUG[:EXPERIMENT]", help="a method slug (its main experiment) or slug:experiment, e.g. care-mla:deploy")
     p.add_argument("--size", choices=("smoke", "full"), default="smoke",
-                   help="smoke: seconds, tiny models, claims not expected to hold; full: the evidence run (<= 30 min on 2 cores)")
-    p.add_argument("--seed", type=int, default=0)
+                   help="smoke: seconds, tiny models, claims not expected to hold; full: the evidence run, <= 30 min on 2 cores (default: smoke)")
+    p.add_argument("--seed", type=int, default=0, help="base seed of the experiment")
     p.add_argument("--out", type=Path, help="report folder (default: docs/results/<slug>[/<experiment>]/ for full, runs/<slug>[-<experiment>]-smoke/ for smoke)")
     p.set_defaults(func=run)
 
@@ -22,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
     from rankwise.repro import run_reproduction
 
     method, experiment = parse_target(args.target)  # a bad name fails before any work
+    if args.out is not None:
+        check_output(args.out)
     report = run_reproduction(args.target, size=args.size, seed=args.seed, threads=args.threads)
     root = repo_root() or Path.cwd()
     suffix = "" if experiment.name == "main" else f"-{experiment.name}"

@@ -12,6 +12,7 @@ and settings; a corrupt cache file is detected and recomputed.
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,12 +21,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from rankwise.core.cache import cache_dir, cache_key
+from rankwise.core.cache import cache_key, cached_entry, store_entry
 from rankwise.core.io import load_tensors, save_tensors_atomic
 from rankwise.core.progress import progress
 from rankwise.errors import CorruptFileError, InvalidInputError, NumericalError
 
 CACHE_VERSION = 1
+CACHE_NAMESPACE = "calibration"  # $RANKWISE_CACHE/calibration/<key>/: one hash-checked entry per setting
+CACHE_FILE = "moments.safetensors"
 
 
 @dataclass
@@ -161,12 +164,12 @@ def collect_second_moments(
         raise InvalidInputError("no modules to calibrate")
 
     key = cache_key(v=CACHE_VERSION, model=model_fingerprint(model), data=data_fingerprint(batches), modules=list(module_names))
-    path = cache_dir("calibration") / f"{key}.safetensors"
-    if use_cache and path.is_file():
+    entry = cached_entry(CACHE_NAMESPACE, key) if use_cache else None  # SHA-256 checked; a bad entry is recomputed
+    if entry is not None:
         try:
-            return _load(path, module_names)
-        except CorruptFileError:
-            path.unlink(missing_ok=True)
+            return _load(entry / CACHE_FILE, module_names)
+        except CorruptFileError as e:
+            warnings.warn(f"discarding an unreadable calibration cache entry ({e}); recomputing it", stacklevel=2)
 
     sums: dict[str, torch.Tensor] = {}
     rows: dict[str, int] = {n: 0 for n in module_names}
@@ -187,7 +190,7 @@ def collect_second_moments(
     if use_cache:
         tensors = {f"{n}.sum_xxT": m.sum_xxT for n, m in moments.items()}
         tensors.update({f"{n}.rows": torch.tensor([m.rows], dtype=torch.long) for n, m in moments.items()})
-        save_tensors_atomic(path, tensors, metadata={"version": str(CACHE_VERSION)})
+        store_entry(CACHE_NAMESPACE, key, lambda tmp: save_tensors_atomic(tmp / CACHE_FILE, tensors, metadata={"version": str(CACHE_VERSION)}))
     return moments
 
 

@@ -6,17 +6,24 @@ size and SHA-256; `verify_manifest` detects truncation and corruption before any
 
 Every model folder rankwise writes (conversions, quantized models, exports, fine-tuned models, adapters, caches,
 checkpoints) goes through `save_model_folder`: a writer callback fills a temporary folder, the manifest is added,
-and the folder is renamed into place. An existing folder is replaced only when everything in it is a file rankwise
-wrote (listed in its manifest) or it is empty: a write never deletes what the program did not write.
+and the folder is renamed into place (one atomic exchange on Linux). An existing folder is replaced only when it
+is empty or a rankwise folder of the same kind whose every file the manifest lists, or when the caller passes
+`overwrite` (the user's `--overwrite`): a write never deletes what the program did not write unless told to. A
+file where a folder should go is always refused. Written files and folders follow the umask, as `open()` would.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,18 +36,26 @@ from safetensors.torch import load_file, save_file
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 MANIFEST_NAME = "rankwise-manifest.json"
+KIND_KEY = "rankwise_kind"  # in the manifest: what the folder is, so a write never replaces another kind
+DEFAULT_KIND = "model"
 
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success rename it onto `path`, on failure remove it."""
+    """Yield a temporary path beside `path`; on success rename it onto `path`, on failure remove it.
+
+    The file gets the mode a plain `open()` would give it (0666 less the umask), not tempfile's 0600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _sweep_stale(path)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # After the writer: some (safetensors) recreate the file rather than write into the one mkstemp made.
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -48,60 +63,159 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 @contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, kind: str | None = None, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder beside `path`; on success it replaces `path` whole, on failure it is removed.
 
-    An existing `path` must be empty or a folder rankwise wrote, holding only files its manifest lists (checked
-    before and again right after the writer runs); anything else raises InvalidInputError and nothing is deleted.
+    An existing `path` must be empty or a rankwise folder of the same `kind` holding only files its manifest lists
+    (checked before and again right after the writer runs); anything else raises InvalidInputError and nothing is
+    deleted — unless `overwrite`, the user's explicit consent to replace a folder rankwise did not write. A file (or a
+    link) at `path` is always refused. The replacement is one atomic exchange of the two folders (Linux
+    renameat2), so at every instant `path` holds either the complete old folder or the complete new one.
     """
     path = Path(path)
-    _check_replaceable(path)
+    check_output_folder(path, kind, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    _sweep_stale(path)
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # a folder follows the umask like mkdir's, not mkdtemp's 0700
         yield tmp
-        _check_replaceable(path)
-        if path.exists():
-            # A fresh (empty) name to park the old folder under: rename onto an empty folder is atomic on POSIX.
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+        check_output_folder(path, kind, overwrite)
+        if path.exists() and path.is_dir() and any(path.iterdir()):
+            if not _exchange(tmp, path):
+                # No atomic exchange here (not Linux, or a file system without it): park the old folder under a
+                # fresh name, then rename; a kill between the two renames leaves the old folder parked beside it.
+                old = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".old", dir=path.parent))
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
         else:
+            if path.is_dir():
+                path.rmdir()  # an empty folder (the check above saw nothing in it)
             os.replace(tmp, path)
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # a failed write, or the old folder after the exchange
 
 
-def _check_replaceable(path: Path) -> None:
-    """Refuse to replace anything but nothing, an empty folder, or a folder whose every file our manifest lists."""
+def check_output_folder(path: str | os.PathLike, kind: str | None = None, overwrite: bool = False) -> None:
+    """Raise InvalidInputError unless `path` may receive a rankwise folder of `kind` (see `atomic_dir`).
+
+    Cheap and side-effect free: commands call it on `--out` before any work, so a refusal costs nothing.
+    """
+    path = Path(path)
     if not path.exists() and not path.is_symlink():
         return
     if path.is_symlink() or not path.is_dir():
         raise InvalidInputError(f"{path} exists and is not a folder: rankwise writes a folder there; remove it or choose another path")
     files = [p for p in path.rglob("*") if p.is_file() or p.is_symlink()]
-    if not files:
+    if not files or overwrite:
         return
+    consent = "or pass --overwrite (overwrite=True) to replace it"
     manifest = path / MANIFEST_NAME
     if not manifest.is_file():
         raise InvalidInputError(
             f"{path} already exists and was not written by rankwise (it has no {MANIFEST_NAME}); rankwise replaces only "
-            "its own folders: remove it, or choose another path"
+            f"its own folders: remove it, choose another path, {consent}"
         )
     try:
-        listed = set(json.loads(manifest.read_text(encoding="utf-8"))["files"])
+        saved = json.loads(manifest.read_text(encoding="utf-8"))
+        listed = set(saved["files"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InvalidInputError(
-            f"{manifest} is unreadable ({e}), so rankwise cannot tell which files in {path} it wrote: remove the folder "
-            "(or choose another path) to write it again"
+            f"{manifest} is unreadable ({e}), so rankwise cannot tell which files in {path} it wrote: remove the folder, "
+            f"choose another path, {consent}"
         ) from e
+    found = saved.get(KIND_KEY)  # absent in folders written before kinds were recorded: any kind may replace them
+    if kind is not None and found is not None and found != kind:
+        raise InvalidInputError(
+            f"{path} holds a rankwise {found!r} folder, not a {kind!r} one: choose another path, {consent}"
+        )
     foreign = sorted(str(p.relative_to(path)) for p in files if p != manifest and str(p.relative_to(path)) not in listed)
     if foreign:
         raise InvalidInputError(
             f"{path} holds {len(foreign)} file(s) rankwise did not write ({', '.join(foreign[:3])}); replacing the folder "
-            "would delete them: move them elsewhere, or choose another path"
+            f"would delete them: move them elsewhere, choose another path, {consent}"
         )
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where the system allows (changing it races other threads)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_HOST = re.sub(r"[^A-Za-z0-9-]", "", socket.gethostname())[:32] or "host"
+
+
+def _temp_prefix(path: Path) -> str:
+    """`.NAME.rwPID@HOST.`: temporaries name their writer, so a later write can tell which ones a killed run left."""
+    return f".{path.name}.rw{os.getpid()}@{_HOST}."
+
+
+def temporary_name(path: str | os.PathLike, tag: str = "") -> Path:
+    """A fresh sibling name for `path` that `sweep_temporaries` removes once this process is gone."""
+    path = Path(path)
+    return path.with_name(f"{_temp_prefix(path)}{tag}{time.monotonic_ns()}.old")
+
+
+def _sweep_stale(path: Path) -> None:
+    sweep_temporaries(path.parent, path.name)
+
+
+def sweep_temporaries(folder: str | os.PathLike, name: str | None = None) -> None:
+    """Remove the temporaries in `folder` (of `name` only, if given) left by writers on this host that no longer run."""
+    stem = re.escape(name) if name is not None else ".+"
+    pattern = re.compile(rf"^\.{stem}\.rw(\d+)@{re.escape(_HOST)}\..*\.(tmp|old)$")
+    try:
+        siblings = list(Path(folder).iterdir())
+    except OSError:
+        return
+    for p in siblings:
+        m = pattern.match(p.name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def save_model_folder(
@@ -109,20 +223,27 @@ def save_model_folder(
     write_fn: Callable[[Path], object],
     format_name: str | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
+    *,
+    kind: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write a model folder atomically: `write_fn(tmp)` fills a temporary folder, then the manifest (sizes, SHA-256,
-    `rankwise_format` = format_name, extra_manifest) is added and the folder renamed onto `path`. Returns `path`.
+    `rankwise_format` = format_name, `rankwise_kind` = kind, extra_manifest) is added and the folder renamed onto
+    `path`. Returns `path`.
 
-    If `write_fn` raises, nothing is left at `path` (a folder already there is untouched). An existing `path` is
-    replaced only when it is empty or was written by rankwise (see `atomic_dir`).
+    `kind` names what the folder is ("adapter", "train-checkpoint", a format name, ...; default `format_name`, else
+    "model"): an existing rankwise folder is replaced only by one of the same kind. If `write_fn` raises, nothing is
+    left at `path` (a folder already there is untouched). An existing `path` is replaced only when it is empty or
+    was written by rankwise, or with `overwrite` (see `atomic_dir`); a file at `path` is always refused.
     """
     path = Path(path)
-    with atomic_dir(path) as tmp:
+    kind = kind or format_name or DEFAULT_KIND
+    with atomic_dir(path, kind, overwrite) as tmp:
         write_fn(tmp)
         if not any(p.is_file() for p in tmp.rglob("*")):
             raise InvalidInputError(f"the writer of {path} wrote no files: nothing to save")
         extra = {"rankwise_format": format_name} if format_name is not None else {}
-        write_manifest(tmp, extra={**extra, **(dict(extra_manifest) if extra_manifest else {})})
+        write_manifest(tmp, extra={**extra, KIND_KEY: kind, **(dict(extra_manifest) if extra_manifest else {})})
     return path
 
 

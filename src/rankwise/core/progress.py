@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -16,6 +17,10 @@ def set_quiet(quiet: bool) -> None:
     global _quiet
     _quiet = quiet
     if quiet:  # transformers draws its own bars (weight loading); silence those too
+        if "transformers" not in sys.modules:
+            # Not imported yet (the CLI starts without it): it reads this at import, so no import is needed now.
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+            return
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()

@@ -25,7 +25,20 @@ class PerplexityResult:
 def logits_of(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     """Logits [B, T, V] from a `transformers` causal LM or a plain module returning logits."""
     out = model(input_ids=input_ids) if hasattr(model, "config") else model(input_ids)
-    return out.logits if hasattr(out, "logits") else out
+    logits = out.logits if hasattr(out, "logits") else out
+    if not isinstance(logits, torch.Tensor):
+        raise InvalidInputError(f"{type(model).__name__} returns {type(out).__name__}, not logits: perplexity needs a causal language model")
+    return logits
+
+
+def check_causal_lm(model: nn.Module) -> None:
+    """Refuse a transformers model without a language-model head (an encoder such as MiniLM) before any forward."""
+    heads = getattr(model, "get_output_embeddings", None)
+    if hasattr(model, "config") and callable(heads) and heads() is None:
+        raise InvalidInputError(
+            f"{type(model).__name__} has no language-model head (an encoder?): perplexity needs a causal language model, "
+            "e.g. smollm2-135m"
+        )
 
 
 @torch.no_grad()
@@ -36,6 +49,9 @@ def perplexity(model: nn.Module, windows: torch.Tensor, batch_size: int = 4, des
     """
     if windows.dim() != 2 or windows.size(1) < 2 or windows.size(0) == 0:
         raise InvalidInputError(f"windows must be a non-empty [W, T] tensor with T >= 2, got shape {tuple(windows.shape)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_causal_lm(model)
     was_training = model.training
     model.eval()
     total_nll = 0.0

@@ -19,6 +19,7 @@ Parameters that are not 2-D, and every parameter of a group with `rank=None`, ge
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -293,10 +294,13 @@ def _check_group(group: dict[str, Any]) -> None:
 def check_adamw_rates(group: dict[str, Any]) -> None:
     """The AdamW hyperparameters of a group (betas in [0, 1), non-negative lr, eps, weight_decay, ridge)."""
     beta1, beta2 = group["betas"]
-    if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+    if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):  # written so that a NaN fails it too
         raise InvalidInputError(f"betas must lie in [0, 1), got {group['betas']}")
-    if group["lr"] < 0 or group["eps"] < 0 or group["weight_decay"] < 0 or group["ridge"] < 0:
-        raise InvalidInputError("lr, eps, weight_decay and ridge must be non-negative")
+    for name in ("lr", "eps", "weight_decay", "ridge"):
+        value = group[name]
+        # `not 0 <= v < inf` refuses NaN (every comparison with NaN is false), which `v < 0` would let through
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < math.inf:
+            raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
 def check_group_rank(group: dict[str, Any]) -> None:

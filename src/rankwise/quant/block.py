@@ -193,6 +193,8 @@ def _blocks(x: torch.Tensor, k: int, pad: bool) -> tuple[torch.Tensor, tuple[int
     if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point or x.dim() == 0:
         raise InvalidInputError(f"quantize wants a floating-point tensor with at least one dimension, got "
                                 f"{getattr(x, 'dtype', type(x).__name__)} of shape {tuple(getattr(x, 'shape', ()))}")
+    if x.numel() == 0:
+        raise InvalidInputError(f"cannot block-quantize an empty tensor (shape {tuple(x.shape)}): there are no values to scale")
     bad = ~torch.isfinite(x)
     if bad.any():
         raise NumericalError(f"cannot block-quantize a tensor with {int(bad.sum())} NaN/Inf value(s) of {x.numel()}; "

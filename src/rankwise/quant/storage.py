@@ -75,8 +75,10 @@ def _pack(q: QuantizedTensor) -> torch.Tensor:
 
 @torch.no_grad()
 def save_quantized(model: PreTrainedModel, tokenizer, recipe: BlockRecipe, folder: str | Path,
-                   exclude: tuple[str, ...] = ("lm_head",)) -> StorageSummary:
-    """Block-quantize every nn.Linear weight of `model` (not modified) and write the packed folder."""
+                   exclude: tuple[str, ...] = ("lm_head",), overwrite: bool = False) -> StorageSummary:
+    """Block-quantize every nn.Linear weight of `model` (not modified) and write the packed folder.
+
+    `overwrite`: replace a folder rankwise did not write (the CLI's --overwrite); see `core.io.save_model_folder`."""
     folder = Path(folder)
     layers = quantizable_linears(model, exclude)
     if not layers:
@@ -110,7 +112,7 @@ def save_quantized(model: PreTrainedModel, tokenizer, recipe: BlockRecipe, folde
         save_tensors_atomic(tmp / QUANTIZED_FILE, quantized)
         save_tensors_atomic(tmp / DENSE_FILE, dense)
 
-    save_model_folder(folder, write, format_name=FORMAT_NAME)
+    save_model_folder(folder, write, format_name=FORMAT_NAME, overwrite=overwrite)
     payload = sum(t.numel() * t.element_size() for t in quantized.values())
     n = sum(int(torch.tensor(s).prod()) for s in shapes.values())
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

@@ -1,8 +1,9 @@
 """Training checkpoints: everything an exact resume needs, in safetensors + versioned JSON, written atomically.
 
 A checkpoint folder holds `state.safetensors` (trainable parameters by name, the optimizer's per-parameter state —
-AdamW moments, LoRA-Pre factors — and torch's RNG state for dropout) and `trainer.json` (step, history, the run's
-settings, each parameter group's hyperparameters),
+AdamW moments, LoRA-Pre factors — and torch's RNG state for dropout) and `trainer.json` (step, history, the run's full
+configuration — training settings, task size, and what the caller built the model and data from — and each
+parameter group's hyperparameters),
 with a manifest of hashes. Writing goes to a temporary folder renamed into place, so the folder on disk is always
 the last complete checkpoint — which is what a run that dies (or hits a NaN loss) leaves behind.
 """
@@ -51,7 +52,7 @@ def save_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
         save_tensors_atomic(tmp / "state.safetensors", tensors)
         write_versioned_config(tmp / "trainer.json", KIND, VERSION, {"step": step, "optimizer": hyper, **meta})
 
-    save_model_folder(folder, write)
+    save_model_folder(folder, write, kind=KIND)
 
 
 def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, expected_run: dict[str, Any]) -> dict[str, Any]:
@@ -62,13 +63,7 @@ def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
     """
     verify_manifest(folder)
     meta = read_versioned_config(folder / "trainer.json", KIND, VERSION)
-    saved_run = meta.get("run", {})
-    differs = {k: (saved_run.get(k), v) for k, v in expected_run.items() if saved_run.get(k) != v}
-    if differs:
-        raise InvalidInputError(
-            f"the checkpoint in {folder} was written by a run with different settings {differs} (saved, now); "
-            "use another output folder, or the same settings to resume"
-        )
+    check_same_run(folder, meta.get("run") or {}, expected_run)
     tensors = load_tensors(folder / "state.safetensors")
     params = trainable(module)
     saved = {k[len("param/") :] for k in tensors if k.startswith("param/")}
@@ -100,6 +95,30 @@ def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
         raise CorruptFileError(f"the optimizer state in {folder} cannot be restored ({e})") from e
     torch.set_rng_state(tensors["rng/torch"])
     return meta
+
+
+_MISSING = object()
+
+
+def check_same_run(folder: Path, saved: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Refuse to resume unless the checkpoint's run configuration equals this run's in every field (both ways)."""
+    differs = []
+    for key in sorted(set(saved) | set(expected)):
+        old, new = saved.get(key, _MISSING), expected.get(key, _MISSING)
+        if old == new:
+            continue
+        if old is _MISSING:
+            differs.append(f"{key} (not recorded in the checkpoint, which an older rankwise wrote; now {new!r})")
+        elif new is _MISSING:
+            differs.append(f"{key} (checkpoint {old!r}, not set by this run)")
+        else:
+            differs.append(f"{key} (checkpoint {old!r}, now {new!r})")
+    if differs:
+        raise InvalidInputError(
+            f"the checkpoint in {folder} was written by a run with different settings: {'; '.join(differs)}. Resuming it would "
+            "train a different model: rerun with the checkpoint's settings, or start afresh with --no-resume "
+            "(resume=False) or another output folder"
+        )
 
 
 def _param_index(optimizer: torch.optim.Optimizer) -> dict[int, int]:

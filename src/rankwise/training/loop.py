@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -129,6 +131,7 @@ def train(
     optimizer: OptimizerFactory | None = None,
     stop_after: int | None = None,
     find_unused_parameters: bool | None = None,
+    run_config: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Train the trainable parameters of `module` on `task`; returns losses and evaluations.
 
@@ -140,6 +143,10 @@ def train(
     `stop_after` ends this call once that many steps (in total, counting resumed ones) are done: a run trained in
     slices. The schedule still spans `config.steps`; a checkpoint is written at the stop (with `out_dir`), and the
     final evaluation is skipped until the last slice.
+
+    `run_config` describes what `module` and `task` were built from (model, method and its options, data selection,
+    sequence length, ... — JSON values by field name): the checkpoint records it with the training settings and the
+    task's size, and a resume whose configuration differs in any field is refused, naming the field.
 
     Under torchrun (or with torch.distributed initialised) the module is trained data-parallel: see the module
     docstring and `distributed`. `find_unused_parameters` goes to DistributedDataParallel; None (the default) sets it
@@ -168,7 +175,13 @@ def train(
     ckpt = Path(out_dir) / "checkpoint" if out_dir is not None else None
     run = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("eval_every", "checkpoint_every")}
     run["task"] = task.name
+    run["num_train"] = task.num_train  # another data selection is another run
     run["optimizer"] = optimizer_label(factory)  # resuming with another optimizer is refused
+    clash = sorted(set(run) & set(run_config or {}))
+    if clash:
+        raise InvalidInputError(f"run_config may not redefine the training settings {clash}: they are recorded from config and task")
+    run.update(run_config or {})
+    run = json.loads(json.dumps(run, default=str))  # as trainer.json will hold it (tuples as lists), to compare alike
     result = TrainResult(steps=0, final={}, optimizer=opt, world_size=world)
     start_step = 0
     if ckpt is not None and resume and (ckpt / "trainer.json").is_file():

@@ -20,7 +20,7 @@ from torch import nn
 
 from rankwise.compress.mla.allocation import allocate_ranks
 from rankwise.compress.mla.calibration import kv_input_moments
-from rankwise.compress.mla.factorize import DEFAULT_DAMPING, JOINT_METHODS, NEEDS_CALIBRATION, WhitenedDecomposition, canonical_method, decompose_layer, split_joint
+from rankwise.compress.mla.factorize import DEFAULT_DAMPING, JOINT_METHODS, NEEDS_CALIBRATION, check_damping, WhitenedDecomposition, canonical_method, decompose_layer, split_joint
 from rankwise.compress.mla.layout import CONFIG_KEY, FORMAT, KVLayout, decoder_layers, dense_kv_weights, kv_layout
 from rankwise.compress.mla.modules import LowRankLinear
 from rankwise.core.calibration import SecondMoment
@@ -105,6 +105,7 @@ def decompose_kv(model: nn.Module, method: str = "care", calibration: Calibratio
     """
     method = canonical_method(method)
     layout = kv_layout(model)
+    check_damping(damping)  # before calibration, which is the slow part
     moments: list[SecondMoment | None] = [None] * layout.num_layers
     if method in NEEDS_CALIBRATION:
         if calibration is None:

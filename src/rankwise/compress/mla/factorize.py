@@ -15,6 +15,8 @@ The singular values of W S^T drive the rank allocation (`allocation.py`).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +55,14 @@ def canonical_method(method: str) -> str:
     return name
 
 
+def check_damping(damping: float | None) -> None:
+    """None (the method's default) or a finite number >= 0; NaN is refused here rather than blamed on the data later."""
+    if damping is None:
+        return
+    if isinstance(damping, bool) or not isinstance(damping, (int, float)) or not 0.0 <= damping < math.inf:
+        raise InvalidInputError(f"damping must be a finite number >= 0, got {damping!r}")
+
+
 def make_whitener(method: str, moment: SecondMoment | None, damping: float | None = None) -> Whitener:
     """The whitener S of `method` for inputs with second moment `moment` (None for the data-free methods)."""
     method = canonical_method(method)
@@ -61,8 +71,7 @@ def make_whitener(method: str, moment: SecondMoment | None, damping: float | Non
     if moment is None:
         raise InvalidInputError(f"method {method!r} needs calibration data (input second moments); pass calibration=")
     damping = DEFAULT_DAMPING[method] if damping is None else damping
-    if damping < 0:
-        raise InvalidInputError(f"damping must be >= 0, got {damping}")
+    check_damping(damping)
     if method == "asvd":
         rms = moment.covariance().diagonal().clamp_min(0).sqrt()
         return diagonal_whitener(rms.clamp_min(1e-6) ** ASVD_ALPHA)

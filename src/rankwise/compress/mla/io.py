@@ -2,7 +2,9 @@
 
 A converted folder is what `save_pretrained` writes (config.json + safetensors weights, holding
 `...k_proj.down.weight` / `...k_proj.up.weight` instead of `...k_proj.weight`) plus the tokenizer and a manifest
-of sizes and SHA-256s. config.json carries `"rankwise_format": "mla-oneshot"` and the per-layer ranks, so
+of sizes and SHA-256s. config.json declares its own model_type (`rankwise-mla-oneshot`, the original's kept in the
+record), so stock transformers refuses it rather than loading random K/V projections; it carries
+`"rankwise_format": "mla-oneshot"` and the per-layer ranks, so
 `rankwise.models.load_model(folder)` finds `load_mla` through care-mla's registry record (`folder_formats`) and rebuilds the exact modules.
 The folder is written atomically: on any failure nothing is left at the destination.
 """
@@ -13,26 +15,69 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.initialization import no_init_weights
 
 from rankwise.compress.mla.layout import CONFIG_KEY, FORMAT, decoder_layers, kv_layout, mla_info
+
+# The folder's own identity in config.json: a name stock transformers does not know, so it refuses the folder instead
+# of loading it as a Llama with random K/V projections.
+MODEL_TYPE = "rankwise-mla-oneshot"
+ARCHITECTURE = "RankwiseMLAOneShotForCausalLM"
 from rankwise.compress.mla.modules import LowRankLinear
-from rankwise.core.io import load_tensors, save_model_folder, verify_manifest
+from rankwise.core.io import load_tensors, read_json, save_model_folder, verify_manifest, write_json_atomic
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 
-def save_mla(model: PreTrainedModel, folder: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Path:
-    """Write a converted model (and its tokenizer) to `folder` as a transformers folder with a manifest."""
+def save_mla(model: PreTrainedModel, folder: str | Path, tokenizer: PreTrainedTokenizerBase | None = None,
+             overwrite: bool = False) -> Path:
+    """Write a converted model (and its tokenizer) to `folder` as a transformers folder with a manifest.
+
+    `overwrite`: replace a folder rankwise did not write (the CLI's --overwrite); see `core.io.save_model_folder`."""
     if mla_info(model) is None:
         raise InvalidInputError("this model is not an MLA conversion (no rankwise_mla record in its config); use convert_to_mla first")
 
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
+        _declare_own_architecture(tmp / "config.json")
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
 
-    return save_model_folder(folder, write, format_name=FORMAT)
+    return save_model_folder(folder, write, format_name=FORMAT, overwrite=overwrite)
+
+
+def _declare_own_architecture(path: Path) -> None:
+    """Give the folder its own model_type and architecture, keeping the originals in the conversion record.
+
+    Declared as a plain Llama, stock transformers would load it with k_proj/v_proj freshly initialized (the saved
+    weights are `k_proj.down/up`) and only a warning; under a model_type it does not know, it refuses the folder,
+    and `rankwise.models.load_model` (which reads `rankwise_format`) is the one way to load it.
+    """
+    config = read_json(path)
+    record = dict(config.get(CONFIG_KEY) or {})
+    record.setdefault("base_model_type", config.get("model_type"))
+    record.setdefault("base_architectures", config.get("architectures"))
+    config[CONFIG_KEY] = record
+    config["model_type"] = MODEL_TYPE
+    config["architectures"] = [ARCHITECTURE]
+    write_json_atomic(path, config)
+
+
+def _base_config(folder: Path) -> PretrainedConfig:
+    """The original architecture's config of a converted folder (its own model_type swapped back)."""
+    data = read_json(folder / "config.json")
+    if not isinstance(data, dict):
+        raise CorruptFileError(f"{folder / 'config.json'} is not a JSON object")
+    record = data.get(CONFIG_KEY)
+    if data.get("rankwise_format") != FORMAT or not isinstance(record, dict):
+        raise CorruptFileError(f"{folder / 'config.json'} is not a {FORMAT!r} folder")
+    base_type = record.get("base_model_type") or data.get("model_type")  # folders written before: a plain llama
+    if base_type not in CONFIG_MAPPING:
+        raise CorruptFileError(f"{folder / 'config.json'}: the converted model's architecture {base_type!r} is unknown to transformers")
+    data["model_type"] = base_type
+    data["architectures"] = record.get("base_architectures") or data.get("architectures")
+    return CONFIG_MAPPING[base_type].from_dict(data)
 
 
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -52,7 +97,7 @@ def load_mla(folder: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
     """
     folder = Path(folder)
     verify_manifest(folder)
-    config = AutoConfig.from_pretrained(folder)
+    config = _base_config(folder)
     info = getattr(config, CONFIG_KEY, None)
     if getattr(config, "rankwise_format", None) != FORMAT or not isinstance(info, dict):
         raise CorruptFileError(f"{folder / 'config.json'} is not a {FORMAT!r} folder")

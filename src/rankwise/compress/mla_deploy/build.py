@@ -23,7 +23,7 @@ from torch import nn
 
 from rankwise.compress.mla.allocation import allocate_ranks
 from rankwise.compress.mla.calibration import kv_input_moments
-from rankwise.compress.mla.factorize import DEFAULT_DAMPING, decompose_layer
+from rankwise.compress.mla.factorize import DEFAULT_DAMPING, check_damping, decompose_layer
 from rankwise.compress.mla.layout import decoder_layers, kv_layout
 from rankwise.compress.mla_deploy.attention import MLAAttention
 from rankwise.compress.mla_deploy.rope import concentrate_pairs, decouple_rope, pair_contribution, rope_columns, rotation_sensitivity, select_pairs
@@ -73,6 +73,9 @@ def convert_to_deployable_mla(
             raise InvalidInputError(f"layer {i} has attention biases, which deployable MLA does not support")
     if getattr(model.config, "rope_parameters", {}).get("rope_type", "default") != "default":
         raise InvalidInputError("deployable MLA supports the default RoPE only (no scaled RoPE variants)")
+    # A latent cache larger than the GQA one (2 kv_rank + rope_dims > 2 kv_width) is allowed here: full-rank parity
+    # checks need it. `rankwise convert mla --deploy`, whose purpose is the saving, refuses it.
+    check_damping(damping)
     damping = DEFAULT_DAMPING["care"] if damping is None else float(damping)
 
     moments = kv_input_moments(model, calibration, use_cache=use_cache)

@@ -28,10 +28,11 @@ from torch import nn
 from transformers import AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedTokenizerBase
 
 from rankwise.compress.mla.layout import decoder_layers
-from rankwise.compress.mla_deploy.build import mla_layers
+from rankwise.compress.mla_deploy.build import deploy_info, mla_layers
 from rankwise.core.io import MANIFEST_NAME, save_model_folder, verify_manifest
 from rankwise.errors import CorruptFileError, InvalidInputError
 
+FORMAT = "mla-deploy"  # the manifest's rankwise_format (config.json has none: stock transformers loads the folder)
 NORM_EPS = 1e-6  # DeepseekV3Attention builds kv_a_layernorm with the RMSNorm default eps, not config.rms_norm_eps
 DEFAULT_LINEARITY = 1e-6  # target bound on s^2 ms(z) / eps: the norm deviates from linear by at most half of it
 
@@ -107,7 +108,8 @@ def to_deepseek_v3(model: nn.Module, linearity: float = DEFAULT_LINEARITY) -> De
     return out
 
 
-def export_deepseek_v3(model: nn.Module, folder: str | Path, tokenizer: PreTrainedTokenizerBase | None = None, linearity: float = DEFAULT_LINEARITY) -> Path:
+def export_deepseek_v3(model: nn.Module, folder: str | Path, tokenizer: PreTrainedTokenizerBase | None = None,
+                       linearity: float = DEFAULT_LINEARITY, overwrite: bool = False) -> Path:
     """Write `model` as a DeepSeek-V3 checkpoint (safetensors + config.json [+ tokenizer] + rankwise's manifest)
     atomically; returns the folder.
 
@@ -115,13 +117,17 @@ def export_deepseek_v3(model: nn.Module, folder: str | Path, tokenizer: PreTrain
     manifest beside the stock files is ignored by transformers and checked by `load_deepseek_v3`.
     """
     exported = to_deepseek_v3(model, linearity)
+    # How it was made goes in the manifest, not config.json: config.json stays a stock DeepSeek-V3 config, and the
+    # manifest's rankwise_format tells `rankwise info` and the commands that this is a deployable MLA.
+    made = {k: v for k, v in (deploy_info(model) or {}).items() if isinstance(v, (int, float, str, bool, list, type(None)))}
+    made["source_model_type"] = getattr(model.config, "model_type", None)
 
     def write(tmp: Path) -> None:
         exported.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
 
-    return save_model_folder(folder, write)
+    return save_model_folder(folder, write, format_name=FORMAT, extra_manifest={"mla_deploy": made}, overwrite=overwrite)
 
 
 def load_deepseek_v3(folder: str | Path) -> DeepseekV3ForCausalLM:

@@ -1,0 +1,168 @@
+"""What every command checks before any work: argument values, output paths, and which `--model` kinds it takes.
+
+Kept light (no torch, no transformers): these run at parse time or first thing in a command, so a bad argument
+answers in milliseconds, and never after a long computation.
+
+- argparse types (`positive_int`, `nonnegative_float`, ...): a bad value is an argparse error naming the flag;
+- `check_output(path, flag)`: the output can be written (not `.`, not under a file, the nearest existing folder is
+  writable) — found before training, not after;
+- `require_model(value, command, accepts)`: the embedded model or folder is a kind the command takes; any other of
+  rankwise's folder kinds is refused with what to pass instead (`rankwise.models.folders` tells the kinds apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from rankwise.errors import InvalidInputError
+from rankwise.models import folders
+
+
+# -- argparse types: a bad value is reported by argparse as "argument --flag: ..." -------------------------------------
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = finite_float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1], got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+# -- outputs ------------------------------------------------------------------------------------------------------
+def check_output(path: str | os.PathLike, flag: str = "--out", folder: bool = True, kind: str | None = None,
+                 overwrite: bool = False) -> Path:
+    """Refuse an output that cannot be written, before any work. Returns the path.
+
+    Refused: the current folder or one above it (a folder output replaces its target), a path under an existing
+    file, a path whose nearest existing folder cannot be written (probed by creating and removing a temporary folder
+    there, which also catches read-only mounts and /sys for root), and for a folder output an existing file.
+    Nothing is left behind by the check. With `kind` (a folder written by `core.io.save_model_folder`), an
+    existing folder must also be one the writer may replace: empty, or rankwise's own of that kind, or `overwrite`.
+    """
+    path = Path(path)
+    resolved = path.expanduser().resolve()
+    cwd = Path.cwd().resolve()
+    if folder and (resolved == cwd or resolved in cwd.parents):
+        raise InvalidInputError(
+            f"{flag} {path} is the current folder or one above it; rankwise writes its output folder as a whole: "
+            f"name a new folder, e.g. {flag} {path / 'out'}"
+        )
+    if folder and resolved.is_file():
+        raise InvalidInputError(f"{flag} {path} is an existing file; rankwise writes a folder there: choose another path")
+    if not folder and resolved.is_dir():
+        raise InvalidInputError(f"{flag} {path} is a folder; it names a file to write")
+    existing = resolved.parent if not resolved.exists() or not folder else resolved
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InvalidInputError(f"{flag} {path} lies under {existing}, which is a file, not a folder")
+    try:
+        probe = tempfile.mkdtemp(prefix=".rankwise-write-check.", dir=existing)
+    except OSError as e:
+        raise InvalidInputError(f"{flag} {path}: cannot write in {existing} ({e.strerror or e}); choose a writable folder") from None
+    os.rmdir(probe)
+    if kind is not None:
+        from rankwise.core.io import check_output_folder  # imports torch: only once the command runs
+
+        check_output_folder(path, kind, overwrite)
+    return path
+
+
+# -- models -------------------------------------------------------------------------------------------------------
+# What to tell a user whose folder a command does not take, by kind (the command's name is filled in).
+_REFUSALS = {
+    folders.MLA_ONESHOT: "{command} does not take a one-shot MLA conversion (its K/V projections are low-rank factor "
+                         "pairs): pass the original model, or evaluate it with `rankwise eval ppl`",
+    folders.MLA_DEPLOY: "{command} does not take a deployable MLA (DeepSeek-V3) model: pass the original model",
+    folders.QUANTIZED: "{command} does not take a block-quantized folder: pass the unquantized model",
+    folders.ADAPTER: "{command} does not take an adapter folder: pass its base model ({base})",
+    folders.FINETUNE_RUN: "{command} takes a model, not a finetune run folder: pass {inner}",
+    folders.CHECKPOINT: "{command} takes a model, not a training checkpoint: rerun the command that wrote it to resume",
+    folders.MODEL: "{command} does not take this model",
+}
+
+
+def require_model(value: str, command: str, accepts: frozenset[str] | set[str], causal: bool = False,
+                  model_types: tuple[str, ...] | None = None) -> folders.FolderInfo:
+    """The kind of `--model VALUE` if `command` takes it; else a RankwiseError saying what to pass instead.
+
+    accepts: kinds from `rankwise.models.folders` (EMBEDDED, MODEL, ...); causal: require a causal LM;
+    model_types: require one of these transformers model types (e.g. Llama-family for MLA conversion).
+    """
+    info = folders.identify(value)
+    if info.kind not in accepts:
+        inner = " or ".join(str(Path(value) / p) for p in ("adapter", "model") if (Path(value) / p).is_dir()) or "a model"
+        why = _REFUSALS[info.kind].format(command=command, base=info.base or "recorded nowhere", inner=inner)
+        raise InvalidInputError(f"--model {value}: {info.summary}. {why}")
+    if causal and info.causal is False:
+        raise InvalidInputError(f"--model {value}: {info.summary}. {command} needs a causal language model (e.g. smollm2-135m)")
+    if model_types and info.model_type is not None and info.model_type not in model_types:
+        raise InvalidInputError(f"--model {value}: {info.summary}. {command} supports model types {', '.join(model_types)} only")
+    return info
+
+
+def add_model_argument(p: argparse.ArgumentParser, what: str = "smollm2-135m, minilm-l6, or a saved transformers folder") -> None:
+    p.add_argument("--model", required=True, help=f"{what} (`rankwise info DIR` says what a folder is)")
+
+
+# -- interrupts ---------------------------------------------------------------------------------------------------
+def checkpoint_note(folder: Path, how_to_resume: str) -> str:
+    """After Ctrl-C: where the last complete checkpoint is (its step, read from trainer.json) and how to resume."""
+    trainer = folder / "trainer.json"
+    if not trainer.is_file():
+        return f"No checkpoint was written yet ({folder} does not exist): run the command again to start over."
+    try:
+        import json
+
+        step = json.loads(trainer.read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError):
+        step = None
+    at = f" at step {step}" if step is not None else ""
+    return f"The last complete checkpoint{at} is in {folder}: {how_to_resume}."

@@ -1,0 +1,218 @@
+"""What a folder is, read from its JSON files alone (no torch, no transformers): the identity every command checks.
+
+rankwise writes six kinds of folder; a user may also pass any `transformers` model folder. `identify(name_or_path)`
+names the kind, says how it was made and how to load it, and `check_transformers_folder` finds a broken plain folder
+(a `{}` config, a config without weights, weights without a tokenizer) before anything heavy is imported, so
+commands can accept or refuse a `--model` up front (`rankwise.commands.common.require_model`) and `rankwise info`
+can describe it in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankwise.errors import CorruptFileError, InvalidInputError, UnknownNameError
+
+MANIFEST = "rankwise-manifest.json"  # = core.io.MANIFEST_NAME (core.io imports torch; this module must not)
+
+# The kinds of folder (and embedded model) rankwise knows.
+MODEL = "model"  # a plain transformers model folder (e.g. `finetune --method full`'s DIR/model, or anyone's)
+EMBEDDED = "embedded"  # a model shipped with rankwise, by name
+MLA_ONESHOT = "mla-oneshot"  # `convert mla --out`: low-rank K/V projections, reloaded by rankwise only
+MLA_DEPLOY = "mla-deploy"  # `convert mla --deploy --out`: a stock DeepSeek-V3 checkpoint with a latent-only cache
+QUANTIZED = "quantized"  # `quantize --out`: packed block-quantized weights, reloaded by rankwise only
+ADAPTER = "adapter"  # `finetune`'s DIR/adapter: a PEFT folder plus rankwise's exact state
+FINETUNE_RUN = "finetune-run"  # `finetune --out DIR`: adapter/ or model/, metrics.json, checkpoint/
+CHECKPOINT = "checkpoint"  # a training checkpoint (DIR/checkpoint)
+KINDS = (MODEL, EMBEDDED, MLA_ONESHOT, MLA_DEPLOY, QUANTIZED, ADAPTER, FINETUNE_RUN, CHECKPOINT)
+
+# Embedded models by name: whether each is a causal LM (the light twin of models.loading.EMBEDDED).
+EMBEDDED_MODELS = {"smollm2-135m": ("causal language model (SmolLM2-135M-Instruct, Llama architecture)", True, "llama"),
+                   "minilm-l6": ("sentence encoder (all-MiniLM-L6-v2, BERT architecture)", False, "bert")}
+
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model",
+                   "spiece.model", "sentencepiece.bpe.model")
+
+
+@dataclass(frozen=True)
+class FolderInfo:
+    """What `identify` found: the kind, one line saying what it is, how it was made and how to load it."""
+
+    kind: str
+    name: str  # the argument as given (a path or an embedded model's name)
+    summary: str
+    made: dict[str, Any] = field(default_factory=dict)  # how it was made: method, ranks, recipe, base model, ...
+    load: tuple[str, ...] = ()  # how to load it, one way per line
+    causal: bool | None = None  # a causal LM (None: unknown, e.g. an adapter before its base is looked at)
+    model_type: str | None = None
+    base: str | None = None  # an adapter's base model, as recorded
+
+    @property
+    def path(self) -> Path | None:
+        return None if self.kind == EMBEDDED else Path(self.name)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptFileError(f"{path} is not valid JSON ({e})") from e
+    except OSError as e:
+        raise CorruptFileError(f"{path} cannot be read ({e})") from e
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    m = path / MANIFEST
+    if not m.is_file():
+        return {}
+    data = _read_json(m)
+    return data if isinstance(data, dict) else {}
+
+
+def _is_causal(config: dict[str, Any]) -> bool:
+    return any(str(a).endswith("ForCausalLM") for a in config.get("architectures") or [])
+
+
+def _causal(config: dict[str, Any], model_class: str | None = None) -> bool | None:
+    """Whether the folder holds a causal LM: from its architectures (or the class it was saved from); None: unknown."""
+    names = [*(config.get("architectures") or []), *([model_class] if model_class else [])]
+    return any(str(a).endswith("ForCausalLM") for a in names) if names else None
+
+
+def read_model_config(path: Path) -> dict[str, Any]:
+    """config.json as a dict, refusing what no loader can use (not an object, no model_type)."""
+    config = _read_json(path / "config.json")
+    if not isinstance(config, dict):
+        raise CorruptFileError(f"{path / 'config.json'} holds {type(config).__name__}, not a model config (a JSON object)")
+    if not isinstance(config.get("model_type"), str) or not config["model_type"]:
+        raise CorruptFileError(
+            f"{path / 'config.json'} has no model_type, so no loader knows which architecture it describes: it is not "
+            "a transformers model config (save the model with model.save_pretrained(DIR))"
+        )
+    return config
+
+
+def check_transformers_folder(path: Path, need_tokenizer: bool = True) -> None:
+    """A plain transformers folder has weights and (for `load_model`) a tokenizer; say which part is missing."""
+    if not any(any(path.glob(p)) for p in WEIGHT_PATTERNS):
+        raise CorruptFileError(
+            f"{path} has a config.json but no weights (no model.safetensors or pytorch_model.bin): save the model with "
+            "model.save_pretrained(DIR), or pass the folder that holds the weights"
+        )
+    if need_tokenizer and not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise CorruptFileError(
+            f"{path} has weights but no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save the tokenizer "
+            "beside the model with tokenizer.save_pretrained(DIR)"
+        )
+
+
+def identify(name_or_path: str | Path) -> FolderInfo:
+    """The kind of an embedded model name or a folder, from its files' JSON. Raises for a missing or broken one."""
+    key = str(name_or_path)
+    if key in EMBEDDED_MODELS:
+        what, causal, model_type = EMBEDDED_MODELS[key]
+        return FolderInfo(EMBEDDED, key, f"embedded model: {what}", {"source": "shipped with rankwise (offline)"},
+                          (f"rankwise.models.load_model({key!r})",), causal, model_type)
+    path = Path(key)
+    if not path.exists():
+        raise UnknownNameError(f"{key!r} is neither an embedded model ({', '.join(EMBEDDED_MODELS)}) nor an existing folder")
+    if not path.is_dir():
+        raise InvalidInputError(f"{key} is a file; a model is an embedded name ({', '.join(EMBEDDED_MODELS)}) or a folder")
+    if (path / "config.json").is_file():
+        return _identify_model_folder(path, key)
+    if (path / "rankwise_adapter.json").is_file() or (path / "adapter_config.json").is_file():
+        return _identify_adapter(path, key)
+    if (path / "trainer.json").is_file():
+        trainer = _read_json(path / "trainer.json")
+        step = trainer.get("step") if isinstance(trainer, dict) else None
+        return FolderInfo(CHECKPOINT, key, f"training checkpoint at step {step}", {"run": (trainer or {}).get("run", {})},
+                          ("resumed by rerunning the command that wrote it (same settings, same --out)",))
+    if (path / "metrics.json").is_file() or (path / "adapter").is_dir() or (path / "model").is_dir():
+        return _identify_run(path, key)
+    raise InvalidInputError(
+        f"{key} is not a model folder: it has no config.json (a transformers model), adapter_config.json (an adapter) "
+        "or metrics.json (a finetune run)"
+    )
+
+
+def _identify_model_folder(path: Path, key: str) -> FolderInfo:
+    config = read_model_config(path)
+    manifest = _manifest(path)
+    fmt = config.get("rankwise_format") or manifest.get("rankwise_format")
+    causal, model_type = _causal(config), config["model_type"]
+    if fmt == MLA_ONESHOT:
+        record = dict(config.get("rankwise_mla") or {})
+        base_type = record.get("base_model_type", model_type)
+        return FolderInfo(MLA_ONESHOT, key, f"one-shot MLA conversion of a {base_type} model (low-rank K/V projections)",
+                          record, (f"rankwise.models.load_model({key!r})  (stock transformers refuses it: its K/V "
+                                   "projections are low-rank factor pairs only rankwise rebuilds)",), True, base_type)
+    if fmt == MLA_DEPLOY or (model_type == "deepseek_v3" and manifest):
+        made = dict(manifest.get("mla_deploy") or {})
+        made.setdefault("kv_lora_rank", config.get("kv_lora_rank"))
+        made.setdefault("qk_rope_head_dim", config.get("qk_rope_head_dim"))
+        return FolderInfo(MLA_DEPLOY, key, "deployable MLA model: a stock DeepSeek-V3 checkpoint with a latent-only KV cache",
+                          made, (f"transformers.AutoModelForCausalLM.from_pretrained({key!r})",
+                                 f"rankwise.models.load_model({key!r})"), True, model_type)
+    if fmt == "microscaling":
+        q = _read_json(path / "quantization.json") if (path / "quantization.json").is_file() else {}
+        recipe = q.get("recipe", {}) if isinstance(q, dict) else {}
+        causal = _causal(config, q.get("model_class") if isinstance(q, dict) else None)
+        return FolderInfo(QUANTIZED, key, f"block-quantized {model_type} model ({recipe.get('name', 'unknown recipe')})",
+                          {"recipe": recipe, "quantized_layers": len(q.get("layers", {})) if isinstance(q, dict) else None},
+                          (f"rankwise.models.load_model({key!r})  (dequantizes to fp32; stock transformers cannot read "
+                           "the packed weights)",), causal, model_type)
+    if fmt:
+        # A format of a method this version does not list: load_model will name it (registry.folder_loader).
+        return FolderInfo(MODEL, key, f"rankwise folder of format {fmt!r}", {"rankwise_format": fmt},
+                          (f"rankwise.models.load_model({key!r})",), causal, model_type)
+    check_transformers_folder(path)
+    made = {"architectures": config.get("architectures"), "written_by": "rankwise" if manifest else "not rankwise (no manifest)"}
+    what = {True: "causal language model", False: "model (no causal LM head)", None: "model"}[causal]
+    return FolderInfo(MODEL, key, f"transformers {what}, model_type {model_type}", made,
+                      (f"transformers.AutoModel{'ForCausalLM' if causal else ''}.from_pretrained({key!r})",
+                       f"rankwise.models.load_model({key!r})"), causal, model_type)
+
+
+def _identify_adapter(path: Path, key: str) -> FolderInfo:
+    peft = _read_json(path / "adapter_config.json") if (path / "adapter_config.json").is_file() else {}
+    ours = _read_json(path / "rankwise_adapter.json") if (path / "rankwise_adapter.json").is_file() else {}
+    config = (ours.get("config") if isinstance(ours, dict) else None) or {}
+    base = (peft.get("base_model_name_or_path") if isinstance(peft, dict) else None) or _run_model(path.parent)
+    method = config.get("method") or (str(peft.get("peft_type", "")).lower() if isinstance(peft, dict) else "") or "unknown"
+    made = {"method": method, "rank": config.get("r", peft.get("r") if isinstance(peft, dict) else None), "base_model": base,
+            "modules": len(ours.get("modules") or []) if isinstance(ours, dict) else None}
+    load = [f"rankwise.adapters.load_adapter(base, {key!r})  (base = load_model({base!r})[0])" if base else
+            f"rankwise.adapters.load_adapter(base, {key!r})"]
+    if peft:
+        load.append(f"peft.PeftModel.from_pretrained(base, {key!r})")
+    load.append(f"rankwise eval ppl --model {key}" + ("" if base else " --base BASE"))
+    return FolderInfo(ADAPTER, key, f"{method} adapter" + (f" for {base}" if base else " (base model not recorded)"),
+                      made, tuple(load), None, None, base)
+
+
+def _run_model(folder: Path) -> str | None:
+    """The --model a finetune run was given, from its metrics.json (None when absent)."""
+    metrics = folder / "metrics.json"
+    if not metrics.is_file():
+        return None
+    try:
+        data = json.loads(metrics.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("model") if isinstance(data, dict) else None
+
+
+def _identify_run(path: Path, key: str) -> FolderInfo:
+    metrics = _read_json(path / "metrics.json") if (path / "metrics.json").is_file() else {}
+    metrics = metrics if isinstance(metrics, dict) else {}
+    made = {k: metrics.get(k) for k in ("model", "task", "method", "rank", "optimizer", "steps") if k in metrics}
+    inner = [p for p in ("adapter", "model") if (path / p).is_dir()]
+    load = [f"{path / p}: " + ("rankwise eval ppl --model " + str(path / p)) for p in inner]
+    if (path / "checkpoint").is_dir():
+        load.append(f"{path / 'checkpoint'}: the last checkpoint; rerunning the same finetune command resumes from it")
+    return FolderInfo(FINETUNE_RUN, key, f"finetune run ({', '.join(inner) or 'no saved model yet'})", made, tuple(load),
+                      None, None, metrics.get("model"))

@@ -1,0 +1,233 @@
+"""Issue 17, items 7-10: errors found before any work, each a one-line `rankwise: error: ...` (exit 2), never a raw
+traceback; Ctrl-C says where the last checkpoint is and how to resume (exit 130). Plus the library-level checks the
+CLI relies on (the same bad values refused by the Python API)."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import rankwise.models
+from rankwise.cli import main
+from rankwise.commands.common import check_output
+from rankwise.errors import InvalidInputError
+
+FINETUNE = ["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "lora", "--rank", "2"]
+
+
+class Worked(Exception):
+    """Raised by the patched load_model: the command went past its checks into real work."""
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any command that reaches load_model fails the test: the error had to come before any work."""
+
+    def load_model(*args, **kwargs):
+        raise Worked
+
+    monkeypatch.setattr(rankwise.models, "load_model", load_model)
+
+
+def _error(capsys, argv) -> str:
+    """Run the CLI; it must exit 2 with one clean error line (argparse's or ours) and no traceback."""
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and "error:" in err
+    return err
+
+
+# -- item 7: outputs checked before any work ----------------------------------------------------------------------
+def test_out_is_validated_before_training(tmp_path, capsys, no_work, monkeypatch):
+    a_file = tmp_path / "file"
+    a_file.write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    assert "is an existing file" in _error(capsys, [*FINETUNE, "--out", str(a_file)])
+    assert "which is a file" in _error(capsys, [*FINETUNE, "--out", str(a_file / "sub")])
+    assert "current folder" in _error(capsys, [*FINETUNE, "--out", "."])
+    assert "current folder" in _error(capsys, ["quantize", "--model", "minilm-l6", "--out", ".."])
+    assert a_file.read_text() == "mine"  # nothing touched
+
+
+def test_unwritable_out_is_refused(tmp_path):
+    if Path("/sys").is_dir() and not os.access("/sys", os.W_OK):
+        with pytest.raises(InvalidInputError, match="cannot write"):
+            check_output("/sys/x")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root ignores permissions: /sys (sysfs) covered it above
+            pytest.skip("running as root: permission bits do not stop writes")
+        with pytest.raises(InvalidInputError, match="cannot write"):
+            check_output(locked / "out")
+    finally:
+        locked.chmod(0o700)
+    assert list(locked.iterdir()) == []  # the probe leaves nothing
+
+
+def test_a_writable_new_out_passes_and_leaves_nothing(tmp_path):
+    assert check_output(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- item 8: bad values are argument errors, not ZeroDivisionError or TypeError -----------------------------------
+@pytest.mark.parametrize("extra, says", [
+    (["--train-examples", "0"], "--train-examples"),
+    (["--eval-examples", "0"], "--eval-examples"),
+    (["--steps", "0"], "--steps"),
+    (["--lr", "nan"], "--lr"),
+    (["--option", "lora_alpha=abc"], "lora_alpha must be float"),
+    (["--option", "r=16"], "--rank"),
+    (["--option", "nope=1"], "no option(s) ['nope']"),
+])
+def test_finetune_bad_values(extra, says, tmp_path, capsys, no_work):
+    assert says in _error(capsys, [*FINETUNE, "--out", str(tmp_path / "o"), *extra])
+
+
+def test_eval_ppl_bad_values(capsys, no_work):
+    assert "--batch-size" in _error(capsys, ["eval", "ppl", "--model", "smollm2-135m", "--batch-size", "0"])
+    assert "causal language model" in _error(capsys, ["eval", "ppl", "--model", "minilm-l6"])
+
+
+# -- item 9 -------------------------------------------------------------------------------------------------------
+def test_convert_mla_names_the_damping_flag(capsys, no_work):
+    err = _error(capsys, ["convert", "mla", "--model", "smollm2-135m", "--kv-rank", "48", "--damping", "nan"])
+    assert "--damping" in err
+
+
+def test_galore_with_checkpoints_is_refused_up_front_naming_the_flag(tmp_path, capsys, no_work):
+    argv = ["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "full", "--optimizer", "galore",
+            "--optimizer-rank", "4", "--out", str(tmp_path / "o")]
+    assert "--checkpoint-every 0" in _error(capsys, argv)
+    with pytest.raises(Worked):  # without checkpoints it is accepted
+        main([*argv, "--checkpoint-every", "0"])
+
+
+# -- the shared error path ------------------------------------------------------------------------------------------
+def test_rankwise_errors_become_one_line(capsys):
+    assert main(["repro", "no-such-method"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rankwise: error: unknown method") and "Traceback" not in err
+
+
+# -- item 10: Ctrl-C ------------------------------------------------------------------------------------------------
+def test_ctrl_c_says_where_the_checkpoint_is_and_how_to_resume(tmp_path, capsys, monkeypatch):
+    import rankwise.commands.finetune as finetune
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune, "check_arguments", interrupted)
+    out = tmp_path / "run"
+    assert main([*FINETUNE, "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "No checkpoint was written yet" in err and "Traceback" not in err
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "trainer.json").write_text(json.dumps({"step": 40}))
+    assert main([*FINETUNE, "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert f"at step 40 is in {out / 'checkpoint'}" in err and "rerun the same command to resume" in err
+
+
+def test_ctrl_c_in_a_command_without_checkpoints(capsys, monkeypatch):
+    import rankwise.commands.repro as repro
+
+    def interrupted(target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(repro, "parse_target", interrupted)
+    assert main(["repro", "pica"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+# -- the library refuses the same values (item 8, 9) ----------------------------------------------------------------
+@pytest.mark.method("microscaling-ue5m3")
+def test_quantize_an_empty_tensor():
+    from rankwise.quant import make_recipe
+    from rankwise.quant.block import quantize
+
+    with pytest.raises(InvalidInputError, match="empty tensor"):
+        quantize(torch.empty(0, 8), make_recipe("fp4", "ue5m3", 8))
+
+
+def test_perplexity_refuses_an_encoder_and_batch_size_zero():
+    from rankwise.eval import perplexity
+    from rankwise.models import tiny_bert, tiny_llama
+
+    windows = torch.randint(0, 100, (2, 8))
+    with pytest.raises(InvalidInputError, match="causal language model"):
+        perplexity(tiny_bert(), windows)
+    with pytest.raises(InvalidInputError, match="batch_size"):
+        perplexity(tiny_llama(), windows, batch_size=0)
+
+
+@pytest.mark.method("lora-pre")
+@pytest.mark.parametrize("field", ["lr", "eps", "weight_decay"])
+def test_lora_pre_refuses_nan_hyperparameters(field):
+    from rankwise.optim import LoRAPre
+
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    for bad in (math.nan, math.inf, -1.0):
+        with pytest.raises(InvalidInputError, match=field):
+            LoRAPre([{"params": [w], "rank": 2}], **{field: bad})
+    assert torch.isfinite(w).all()
+
+
+@pytest.mark.method("care-mla")
+def test_mla_refuses_nan_damping_and_a_latent_cache_larger_than_the_original():
+    from rankwise.compress.mla import convert_to_mla
+    from rankwise.compress.mla_deploy import convert_to_deployable_mla
+    from rankwise.models import tiny_llama
+
+    calib = torch.randint(0, 2000, (4, 16), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(InvalidInputError, match="damping must be a finite number"):
+        convert_to_mla(tiny_llama(), 8, "care", calibration=calib, damping=math.nan)
+    with pytest.raises(InvalidInputError, match="damping must be a finite number"):
+        convert_to_deployable_mla(tiny_llama(), 8, 8, calibration=calib, damping=math.nan)
+
+
+@pytest.mark.method("care-mla")
+def test_convert_mla_deploy_refuses_a_latent_cache_larger_than_the_original(tmp_path, capsys, tokenizer, monkeypatch):
+    """tiny_llama: 2 KV heads x 16 = 32 wide, so GQA caches 64 numbers per token and layer; 2 x 30 + 8 = 68 > 64.
+    (The library allows it, for full-rank parity checks; the command, whose point is the saving, refuses it.)"""
+    import rankwise.compress.mla_deploy.build as build
+    from rankwise.models import tiny_llama
+
+    source = tmp_path / "tiny"
+    tiny_llama(0).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+
+    def calibrated(*args, **kwargs):
+        raise AssertionError("refused only after the conversion started")
+
+    monkeypatch.setattr(build, "kv_input_moments", calibrated)
+    argv = ["convert", "mla", "--model", str(source), "--deploy", "--kv-rank", "30", "--rope-dims", "8", "--eval-windows", "0"]
+    assert "more than the original" in _error(capsys, argv)
+
+
+@pytest.mark.real_model
+@pytest.mark.method("care-mla")
+def test_deploy_with_a_larger_cache_is_refused_before_calibration(capsys):
+    """`convert mla --deploy --kv-rank 180` on SmolLM2 (KV width 192, rope 32: 392 > 384) reported 'saving -2.1%'."""
+    assert "more than the original" in _error(capsys, ["convert", "mla", "--model", "smollm2-135m", "--deploy",
+                                                        "--kv-rank", "180", "--eval-windows", "0"])
+
+
+def test_out_holding_user_files_is_refused_up_front_unless_overwrite(tmp_path, capsys, no_work):
+    """The folder writer's refusal (core.io) is checked before any work; --overwrite passes the consent through."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    argv = ["quantize", "--model", "minilm-l6", "--out", str(out)]
+    assert "--overwrite" in _error(capsys, argv)
+    with pytest.raises(Worked):
+        main([*argv, "--overwrite"])
+    assert (out / "notes.txt").read_text() == "mine"
