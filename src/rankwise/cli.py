@@ -26,6 +26,7 @@ from rankwise.registry import COMMAND_GROUPS, all_commands
 
 EXIT_ERROR = 2  # argparse's exit status for bad arguments; ours for every RankwiseError
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what shells report when the reader of our output closed it
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -96,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"\nrankwise: interrupted. {_interrupt_message(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (`rankwise list | head`): not an error of ours; silence the flush at exit as well
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 def _interrupt_message(args: argparse.Namespace) -> str:

@@ -102,3 +102,15 @@ def test_choices_mirror_their_sources():
     assert choices.ADAPTER_METHODS == tuple(available_methods())
     assert choices.OPTIMIZERS == tuple(sorted(OPTIMIZERS))
     assert set(choices.UNCHECKPOINTABLE_OPTIMIZERS) <= set(OPTIMIZERS)
+
+
+def test_output_into_a_closed_pipe_is_not_a_traceback():
+    """`rankwise list | head -0`: the reader has closed the pipe; no BrokenPipeError traceback, exit 141."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "rankwise", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the read end is gone before the first write: every write fails with EPIPE
+    _, err = proc.communicate(timeout=60)
+    assert b"Traceback" not in err, err.decode()
+    assert proc.returncode == 141
