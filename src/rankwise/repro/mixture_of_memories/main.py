@@ -46,8 +46,8 @@ SIZES_SHAPE = dict(d_model=64, layers=2, heads=2, memories=4, top_k=2, key_vocab
 SIZES = BySize(
     smoke=Settings(pairs=(2, 4), head_dim=8, steps=6, tune_steps=3, batch=8, lr_grid=(3e-3, 1e-2), seeds=1,
                    eval_size=8),
-    full=Settings(pairs=(4, 8, 16, 32), head_dim=8, steps=500, tune_steps=200, batch=32,
-                  lr_grid=(1e-3, 3e-3, 1e-2, 3e-2),
+    full=Settings(pairs=(4, 8, 16, 32), head_dim=8, steps=2000, tune_steps=600, batch=32,
+                  lr_grid=(3e-3, 1e-2, 3e-2, 1e-1),
                   seeds=3, eval_size=256),
 )
 NONINFERIORITY = -0.02  # MoM within 2 accuracy points of the expanded single memory (or better)
