@@ -2,11 +2,16 @@
 
     rankwise convert mla --model smollm2-135m --kv-rank 48 --method care --allocation adjusted --out DIR
     rankwise convert mla --model smollm2-135m --kv-rank 80 --deploy --heal 40 --out DIR
+    rankwise convert mla --model smollm2-135m --kv-rank 48 --calibration-text my_domain.txt --eval-text held_out.txt
 
 The first writes the one-shot form (`load_model(DIR)` reloads it); `--deploy` builds a real MLA model with a
 latent-only cache and writes it as a stock DeepSeek-V3 checkpoint (`AutoModelForCausalLM.from_pretrained(DIR)` loads
 it offline) whose cache holds 2 * kv-rank + rope-dims numbers per token and layer; `--heal STEPS` first recovers
 quality by distilling from the original.
+
+Calibration: CARE and the other whitened methods fit the text they are calibrated on, so calibrate on text like the
+text the model will serve: `--calibration-text FILE` (UTF-8; a few thousand tokens already help). Without it the
+calibration set is `--calibration`: by default a mix of encyclopedic (wiki) and technical (Python reference) prose.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from rankwise.models import folders
 # What `--model` may be: an original Llama-family model (embedded or a folder); conversions are refused up front.
 ACCEPTS = frozenset({folders.EMBEDDED, folders.MODEL})
 MODEL_TYPES = ("llama", "mistral")
+CALIBRATION_SETS = ("mix", "wiki", "python-docs")
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
@@ -35,6 +41,12 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--damping", type=nonnegative_float, default=None, help="relative damping of C, >= 0 (default: 0.1 for care, 0.01 for svd-llm)")
     p.add_argument("--calib-samples", type=positive_int, default=MLA_CALIB_SAMPLES, help="calibration windows (default %(default)s)")
     p.add_argument("--calib-seq-len", type=positive_int, default=MLA_CALIB_SEQ_LEN, help="tokens per calibration window (default %(default)s)")
+    p.add_argument("--calibration", default="mix", choices=CALIBRATION_SETS,
+                   help="built-in calibration set when no --calibration-text is given: half wiki, half python-docs ('mix', default), or one domain")
+    p.add_argument("--calibration-text", type=Path, default=None, metavar="FILE",
+                   help="calibrate on your own text (UTF-8 file): --calib-samples windows of --calib-seq-len tokens, or all if fewer")
+    p.add_argument("--eval-text", type=Path, default=None, metavar="FILE",
+                   help="also report perplexity on this UTF-8 text (--eval-windows windows of --seq-len tokens)")
     p.add_argument("--eval-windows", type=nonnegative_int, default=8, help="held-out windows for perplexity; 0 skips it (default %(default)s)")
     p.add_argument("--seq-len", type=positive_int, default=512, help="tokens per perplexity window")
     p.add_argument("--seed", type=int, default=0, help="seeds the choice of calibration windows")
@@ -51,6 +63,53 @@ def check_arguments(args: argparse.Namespace) -> None:
         check_output(args.out, kind="mla-deploy" if wants_deploy(args) else "mla-oneshot", overwrite=args.overwrite)
     if getattr(args, "heal_dir", None):
         check_output(args.heal_dir, "--heal-dir")
+    for flag in ("calibration_text", "eval_text"):
+        path = getattr(args, flag, None)
+        if path is not None and not Path(path).is_file():
+            from rankwise.errors import InvalidInputError
+
+            raise InvalidInputError(f"--{flag.replace('_', '-')} {path}: no such file")
+
+
+def read_text(path: Path, flag: str) -> str:
+    """A UTF-8 text file's contents; a clear error for binary or empty files."""
+    from rankwise.errors import InvalidInputError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{flag} {path} is not UTF-8 text ({e})") from e
+    if not text.strip():
+        raise InvalidInputError(f"{flag} {path} is empty")
+    return text
+
+
+def calibration_set(args: argparse.Namespace, tokenizer):
+    """The calibration windows [N, T] and a one-line description: the user's text, or a built-in set."""
+    from rankwise.compress.mla.calibration import calibration_windows, text_calibration_windows
+    from rankwise.data import token_windows
+    from rankwise.data.domains import calibration_mix_windows, domain_windows
+
+    if args.calibration_text is not None:
+        windows = text_calibration_windows(tokenizer, read_text(args.calibration_text, "--calibration-text"),
+                                           args.calib_seq_len, args.calib_samples, args.seed)
+        return windows, f"{windows.size(0)} x {windows.size(1)} tokens of {args.calibration_text}"
+    if args.calibration == "mix":
+        windows = calibration_mix_windows(tokenizer, args.calib_samples, args.calib_seq_len, args.seed)
+    elif args.calibration == "wiki":
+        windows = calibration_windows(token_windows(tokenizer, "calibration", args.calib_seq_len), args.calib_samples, args.seed)
+    else:
+        windows = calibration_windows(domain_windows(tokenizer, args.calibration, "calibration", args.calib_seq_len), args.calib_samples, args.seed)
+    return windows, f"{windows.size(0)} x {windows.size(1)} tokens, built-in set {args.calibration!r}"
+
+
+def eval_text_windows(args: argparse.Namespace, tokenizer):
+    """Perplexity windows [W, T] of --eval-text, or None."""
+    if getattr(args, "eval_text", None) is None or args.eval_windows == 0:
+        return None
+    from rankwise.data.domains import cut_windows, text_stream
+
+    return cut_windows(text_stream(tokenizer, read_text(args.eval_text, "--eval-text")), args.seq_len, args.eval_windows)
 
 
 def interrupted(args: argparse.Namespace) -> str:
@@ -64,7 +123,6 @@ def run(args: argparse.Namespace) -> int:
     check_arguments(args)
     if wants_deploy(args):
         return run_deploy(args)
-    from rankwise.compress.mla.calibration import calibration_windows
     from rankwise.compress.mla.convert import convert_to_mla
     from rankwise.compress.mla.io import save_mla
     from rankwise.compress.mla.layout import kv_layout, kv_saving, mla_info
@@ -78,8 +136,10 @@ def run(args: argparse.Namespace) -> int:
     layout = kv_layout(model)
     windows = token_windows(tokenizer, "eval", args.seq_len, args.eval_windows) if args.eval_windows > 0 else None
     before = perplexity(model, windows, desc="perplexity (original)") if windows is not None else None
+    own = eval_text_windows(args, tokenizer)
+    own_before = perplexity(model, own, desc="perplexity (original, --eval-text)") if own is not None else None
 
-    calibration = calibration_windows(token_windows(tokenizer, "calibration", args.calib_seq_len), args.calib_samples, args.seed)
+    calibration, described = calibration_set(args, tokenizer)
     converted, took = measure(
         convert_to_mla, model, args.kv_rank, args.method, args.allocation, calibration,
         score=args.score, damping=args.damping, inplace=True,
@@ -87,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     info = mla_info(converted)
     print(f"converted {args.model} ({layout.num_layers} layers, KV width {layout.kv_width}) with {info['method']}, "
           f"{info['allocation']} ranks{' (' + info['score'] + ' score)' if info['allocation'] == 'adjusted' else ''}, "
-          f"mean rank {args.kv_rank}, in {took.wall_s:.1f} s (calibration {args.calib_samples} x {args.calib_seq_len} tokens)")
+          f"mean rank {args.kv_rank}, in {took.wall_s:.1f} s (calibration: {described})")
     if info["allocation"] == "adjusted":
         print(f"  K ranks per layer: {info['k_ranks']}")
         if not info["joint"]:
@@ -98,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
         after = perplexity(converted, windows, desc="perplexity (converted)")
         print(f"perplexity on {windows.size(0)} held-out windows of {args.seq_len} tokens: "
               f"{before.perplexity:.2f} before -> {after.perplexity:.2f} after")
+    if own is not None:
+        after = perplexity(converted, own, desc="perplexity (converted, --eval-text)")
+        print(f"perplexity on {own.size(0)} windows of {args.eval_text}: {own_before.perplexity:.2f} before -> {after.perplexity:.2f} after")
     if args.out:
         save_mla(converted, args.out, tokenizer, overwrite=args.overwrite)
         print(f"saved to {args.out} (reload with rankwise.models.load_model({str(args.out)!r}))")
@@ -118,7 +181,6 @@ def wants_deploy(args: argparse.Namespace) -> bool:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    from rankwise.compress.mla.calibration import calibration_windows
     from rankwise.compress.mla_deploy.build import convert_to_deployable_mla, deploy_info
     from rankwise.compress.mla_deploy.export import export_deepseek_v3
     from rankwise.training.healing import HealConfig, heal
@@ -140,23 +202,29 @@ def run_deploy(args: argparse.Namespace) -> int:
         )
     windows = token_windows(tokenizer, "eval", args.seq_len, args.eval_windows) if args.eval_windows > 0 else None
     before = perplexity(model, windows, desc="perplexity (original)") if windows is not None else None
-    calibration = calibration_windows(token_windows(tokenizer, "calibration", args.calib_seq_len), args.calib_samples, args.seed)
+    own = eval_text_windows(args, tokenizer)
+    own_before = perplexity(model, own, desc="perplexity (original, --eval-text)") if own is not None else None
+    calibration, described = calibration_set(args, tokenizer)
     mla, took = measure(
         convert_to_deployable_mla, model, args.kv_rank, rope_dims, args.rope_selection, calibration,
         allocation=args.allocation, score=args.score, damping=args.damping,
     )
     info = deploy_info(mla)
     gqa, latent = measured_kv_bytes_per_token(model), measured_kv_bytes_per_token(mla)
-    print(f"deployable MLA in {took.wall_s:.1f} s: r_K/r_V mean {args.kv_rank}, rope key {rope_dims} dims on pairs {info['rope_pairs']} ({args.rope_selection})")
+    print(f"deployable MLA in {took.wall_s:.1f} s: r_K/r_V mean {args.kv_rank}, rope key {rope_dims} dims on pairs {info['rope_pairs']} ({args.rope_selection}); calibration: {described}")
     print(f"KV cache measured: {latent:.0f} bytes/token vs {gqa:.0f} for GQA (saving {100 * (1 - latent / gqa):.1f}%)")
     if windows is not None:
         print(f"perplexity: original {before.perplexity:.2f}, deployable MLA {perplexity(mla, windows, desc='perplexity (MLA)').perplexity:.2f}")
+    if own is not None:
+        print(f"perplexity on {args.eval_text}: original {own_before.perplexity:.2f}, deployable MLA {perplexity(mla, own, desc='perplexity (MLA, --eval-text)').perplexity:.2f}")
     if args.heal:
         train = token_windows(tokenizer, "train", 64, 2000)
         result = heal(mla, model, train, HealConfig(steps=args.heal, seed=args.seed), checkpoint_dir=args.heal_dir)
         print(f"healed steps {result.start_step}..{result.steps}: loss {result.losses[0] if result.losses else float('nan'):.3f} -> {result.losses[-1] if result.losses else float('nan'):.3f}")
         if windows is not None:
             print(f"perplexity after healing: {perplexity(mla, windows, desc='perplexity (healed)').perplexity:.2f}")
+        if own is not None:
+            print(f"perplexity after healing on {args.eval_text}: {perplexity(mla, own, desc='perplexity (healed, --eval-text)').perplexity:.2f}")
     if args.out:
         export_deepseek_v3(mla, args.out, tokenizer, overwrite=args.overwrite)
         print(f"wrote a DeepSeek-V3 checkpoint to {args.out} (AutoModelForCausalLM.from_pretrained or rankwise.models.load_model)")

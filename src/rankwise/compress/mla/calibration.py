@@ -1,10 +1,12 @@
 """Calibration for MLA conversion: short token windows in, one uncentred second moment per layer out.
 
 CARE calibrates on 256 samples of 32 tokens (its "alpaca-256-32"; accuracy saturates past ~512 samples and long
-sequences overfit). The caller cuts the windows (the reproductions and the command use the wiki corpus's
-calibration split, disjoint by article from the evaluation split: `rankwise.data.token_windows(tokenizer,
-"calibration", 32)`); `calibration_windows` draws the seeded sample from them. The statistics come from the shared
-pipeline in `core/calibration.py`.
+sequences overfit). The caller cuts the windows: from a corpus split (`rankwise.data.token_windows(tokenizer,
+"calibration", 32)`, or the default mix of an encyclopedic and a technical domain,
+`rankwise.data.domains.calibration_mix_windows`), or from the user's own text with `text_calibration_windows`.
+`calibration_windows` draws the seeded sample. The whitened methods fit the calibration domain (see
+docs/methods/care-mla.md, "Calibration domain"): calibrate on text like the text the model will serve.
+The statistics come from the shared pipeline in `core/calibration.py`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,35 @@ def calibration_windows(windows: torch.Tensor, samples: int = DEFAULT_SAMPLES, s
                                 "cut shorter windows or sample fewer")
     order = torch.randperm(windows.size(0), generator=torch.Generator().manual_seed(seed))[:samples]
     return windows[order.sort().values]
+
+
+def text_calibration_windows(
+    tokenizer, text: str | Sequence[str], seq_len: int = DEFAULT_SEQ_LEN, samples: int | None = DEFAULT_SAMPLES, seed: int = 0
+) -> torch.Tensor:
+    """Calibration windows [N, seq_len] from the user's own text (one string, or several documents).
+
+    The documents are tokenized without special tokens, joined with the EOS token between them and cut into
+    non-overlapping windows of `seq_len` tokens (the tail is dropped). `samples` windows are drawn (seeded, kept in
+    text order) when there are more; with fewer, or `samples=None`, every window is used. `tokenizer`: a Hugging
+    Face tokenizer (the model's own). Raises InvalidInputError for empty text or text shorter than one window.
+    """
+    if isinstance(text, str):
+        text = [text]
+    if not isinstance(text, Sequence) or not all(isinstance(t, str) for t in text) or not any(t.strip() for t in text):
+        raise InvalidInputError("calibration text must be a non-empty string or a sequence of strings")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 2:
+        raise InvalidInputError(f"seq_len must be an integer >= 2, got {seq_len!r}")
+    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int) or samples < 1):
+        raise InvalidInputError(f"samples must be a positive integer or None, got {samples!r}")
+    ids = tokenizer([t for t in text if t.strip()], add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    stream = torch.tensor([t for seq in ids for t in (*seq, eos)], dtype=torch.long)
+    n = stream.numel() // seq_len
+    if n == 0:
+        raise InvalidInputError(f"the calibration text has {stream.numel()} tokens, fewer than one window of {seq_len}; "
+                                "pass more text or a shorter seq_len")
+    windows = stream[: n * seq_len].view(n, seq_len).clone()
+    return windows if samples is None or n <= samples else calibration_windows(windows, samples, seed)
 
 
 def _batches(calibration: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
