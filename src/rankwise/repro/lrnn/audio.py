@@ -34,7 +34,7 @@ class Settings:
 
 SIZES = BySize(
     smoke=Settings(rate=800, ranks=(4, 4), proj_dim=4, hidden=2, steps=20, lr_grid=(1e-3, 3e-3), seeds=3),
-    full=Settings(rate=8000, ranks=(16, 16), proj_dim=8, hidden=4, steps=500, lr_grid=(1e-4, 3e-4, 1e-3, 3e-3),
+    full=Settings(rate=8000, ranks=(16, 16), proj_dim=8, hidden=4, steps=500, lr_grid=(3e-5, 1e-4, 3e-4, 1e-3, 3e-3),
                   seeds=3),
 )
 TONES_HZ = (50.0, 120.0, 300.0, 700.0, 1300.0, 2000.0)

@@ -36,7 +36,7 @@ class Settings:
 
 SIZES = BySize(
     smoke=Settings(dim=3, n_train=200, n_test=200, rank=2, hidden=2, steps=30, lr_grid=(3e-3, 1e-2), seeds=3),
-    full=Settings(dim=6, n_train=4000, n_test=4000, rank=4, hidden=4, steps=2000, lr_grid=(1e-3, 3e-3, 1e-2, 3e-2),
+    full=Settings(dim=6, n_train=4000, n_test=4000, rank=4, hidden=4, steps=2000, lr_grid=(3e-3, 1e-2, 3e-2, 1e-1, 3e-1),
                   seeds=5),
 )
 ORDERS_MARGIN = 1.0  # the card: "orders of magnitude better"; one order is its least reading
