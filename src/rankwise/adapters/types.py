@@ -10,12 +10,14 @@ from rankwise.adapters.base import Adapter
 from rankwise.adapters.guardspace import GuardSpaceAdapter
 from rankwise.adapters.lora import LoraAdapter
 from rankwise.adapters.pica import PicaAdapter
+from rankwise.adapters.svft import SvftAdapter
 from rankwise.errors import UnknownNameError
 
 ADAPTER_TYPES: dict[str, type[Adapter]] = {
     "lora": LoraAdapter,  # also PiSSA: LoraConfig(init="pissa")
     "pica": PicaAdapter,
     "guardspace": GuardSpaceAdapter,
+    "svft": SvftAdapter,
 }
 
 

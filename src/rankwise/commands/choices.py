@@ -15,7 +15,7 @@ MLA_CALIB_SEQ_LEN = 32
 # rankwise.compress.mla_deploy.rope: SELECTIONS
 ROPE_SELECTIONS = ("contribution", "high", "sensitivity", "uniform")
 # rankwise.adapters.types: ADAPTER_TYPES
-ADAPTER_METHODS = ("guardspace", "lora", "pica")
+ADAPTER_METHODS = ("guardspace", "lora", "pica", "svft")
 # rankwise.training.optimizers: OPTIMIZERS, and those that cannot be checkpointed (a projector object in their state)
 OPTIMIZERS = ("adamw", "galore", "lora-pre")
 UNCHECKPOINTABLE_OPTIMIZERS = ("galore",)

@@ -44,9 +44,9 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", default="mix", choices=CALIBRATION_SETS,
                    help="built-in calibration set when no --calibration-text is given: half wiki, half python-docs ('mix', default), or one domain")
     p.add_argument("--calibration-text", type=Path, default=None, metavar="FILE",
-                   help="calibrate on your own text (UTF-8 file): --calib-samples windows of --calib-seq-len tokens, or all if fewer")
+                   help="calibrate on your own text (UTF-8 file): --calib-samples windows of --calib-seq-len tokens, or all if fewer (default: none)")
     p.add_argument("--eval-text", type=Path, default=None, metavar="FILE",
-                   help="also report perplexity on this UTF-8 text (--eval-windows windows of --seq-len tokens)")
+                   help="also report perplexity on this UTF-8 text (--eval-windows windows of --seq-len tokens; default: none)")
     p.add_argument("--eval-windows", type=nonnegative_int, default=8, help="held-out windows for perplexity; 0 skips it (default %(default)s)")
     p.add_argument("--seq-len", type=positive_int, default=512, help="tokens per perplexity window")
     p.add_argument("--seed", type=int, default=0, help="seeds the choice of calibration windows")
