@@ -398,7 +398,7 @@ METHODS: tuple[MethodSpec, ...] = (
        demo="rankwise.demos.pica:headline", commands=[FINETUNE], docs="docs/methods/pica.md"),
     _m("plop", "PLoP: Precise LoRA Placement for Efficient Finetuning of Large Models", "adapters",
        api=["rankwise.adapters.plop:nfn_scores", "rankwise.adapters.plop:plop_targets"],
-       experiments=[_repro("plop", summary="NFN module-type ranking: stability, and PLoP's placement vs its inverse")],
+       experiments=[_repro("plop", summary="NFN ranking stability; PLoP vs PLoP^-1 and attention/MLP placements, SmolLM2 top-layer topic fine-tuning")],
        commands=[Command("place", "rankwise.commands.place")], docs="docs/methods/plop.md"),
     _m("portable-adapter", "CAR-LoRA: Training Compression-Aware and Robust LoRA Adapters for Evolving LLMs", "adapters"),
     _m("quantized-relu-training", "Tractability via Low Dimensionality: The Parameterized Complexity of Training Quantized Neural Networks", "algorithms",

@@ -57,6 +57,16 @@ class NFNScores:
         per_module = {n: sum(v[i] for i in batches) / len(batches) for n, v in self.per_batch.items()}
         return _aggregate(per_module, {n: [v[i] for i in batches] for n, v in self.per_batch.items()}, self.type_members)
 
+    def for_layers(self, layers: Iterable[int]) -> NFNScores:
+        """Scores of only the modules in `layers` (e.g. the adaptable top layers), type means over those layers."""
+        wanted = set(layers)
+        members = {t: [n for n in ms if layer_index(n) in wanted] for t, ms in self.type_members.items()}
+        members = {t: ms for t, ms in members.items() if ms}
+        if not members:
+            raise InvalidInputError(f"no scored module lies in layers {sorted(wanted)}")
+        keep = [n for ms in members.values() for n in ms]
+        return _aggregate({n: self.per_module[n] for n in keep}, {n: self.per_batch[n] for n in keep}, members)
+
 
 def _check_k(k: int, n: int) -> None:
     if not 1 <= k <= n:
