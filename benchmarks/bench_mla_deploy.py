@@ -1,12 +1,12 @@
 """Deployable MLA vs the original GQA SmolLM2, side by side in one run: KV-cache bytes, decode speed, perplexity.
 
-    .venv/bin/python benchmarks/bench_mla_deploy.py [--heal-steps 30] [--contexts 512 2048] [--out docs/results/care-mla/deploy/benchmark.md]
+    .venv/bin/python benchmarks/bench_mla_deploy.py [--heal-steps 30] [--contexts 512 2048 8192] [--batches 1 8] [--out docs/results/care-mla/deploy/benchmark.md]
 
 * KV-cache bytes per token, measured from the cache tensors a forward returns (not from the config): GQA, our MLA,
   and the exported DeepSeek-V3 checkpoint.
-* Decode tokens/s (batch 1, greedy, after an untimed prefill of the context) at each context for GQA, MLA expanded
-  (up-projecting every cached latent each step) and MLA absorbed (DeepSeek-V2), interleaved in one run so machine
-  load hits all three alike; reported with ratios to GQA. Best of `--repeats` rounds.
+* Decode tokens/s at each batch and context for GQA, MLA expanded (up-projecting every cached latent each step)
+  and MLA absorbed (DeepSeek-V2), each with transformers' DynamicCache and GQA/absorbed MLA also with the in-place
+  `preallocated_cache`, interleaved in one run so machine load hits all alike; ratios to GQA. Best of `--repeats`.
 * Perplexity: original, CARE one-shot at the same cache size (issue 3; RoPE after the up-projection, so not a real
   latent cache), deployable MLA before healing, after `--heal-steps`, and the exported checkpoint.
 """
@@ -36,8 +36,9 @@ from rankwise.training.healing import HealConfig, heal
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--contexts", type=int, nargs="+", default=[512, 2048])
-    parser.add_argument("--new-tokens", type=int, default=16, help="timed decode steps per measurement")
+    parser.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 8192])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--new-tokens", type=int, default=8, help="timed decode steps per measurement")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--heal-steps", type=int, default=30, help="healing steps of 2 x 64 tokens (as the full report)")
     parser.add_argument("--heal-dir", type=Path, default=None, help="resumable healing checkpoint folder")
@@ -69,21 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | {b:.0f} | {b / gqa_bytes:.3f} |")
 
     say("decode speed")
-    variants = {"GQA": (model, None), "MLA expanded": (mla, False), "MLA absorbed": (mla, True)}
-    speed: dict[tuple[str, int], float] = {}
-    for _ in range(args.repeats):
-        for context in args.contexts:
-            for name, (m, absorb) in variants.items():  # interleaved: load drifts hit every variant alike
-                if absorb is not None:
-                    set_absorb(m, absorb)
-                tps = decode_tokens_per_second(m, context, args.new_tokens)
-                speed[name, context] = max(speed.get((name, context), 0.0), tps)
-    set_absorb(mla, True)
-    lines += ["", "## Decode tokens/s (batch 1, after a prefill of the context; best of repeats)", ""]
-    lines += ["| context | " + " | ".join(variants) + " | expanded / GQA | absorbed / GQA | absorbed / expanded |", "|---" * (len(variants) + 4) + "|"]
-    for c in args.contexts:
-        g, e, a = (speed[n, c] for n in variants)
-        lines.append(f"| {c} | {g:.1f} | {e:.1f} | {a:.1f} | {e / g:.2f} | {a / g:.2f} | {a / e:.2f} |")
+    lines += _decode_section(model, mla, args)
 
     if args.no_perplexity:
         lines += ["", "Perplexity skipped (--no-perplexity); see the care-mla deploy report."]
@@ -103,6 +90,50 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"## Perplexity ({args.eval_windows} x 256 held-out tokens)", "", "| model | perplexity | vs original |", "|---|---|---|"]
     lines += [f"| {name} | {p:.3f} | {p / rows[0][1]:.2f} |" for name, p in rows]
     return _finish(args, lines, t0)
+
+
+VARIANTS = {  # name: (which model, absorb, cache kind)
+    "GQA dynamic": ("gqa", None, "dynamic"),
+    "GQA prealloc": ("gqa", None, "preallocated"),
+    "MLA expanded dynamic": ("mla", False, "dynamic"),
+    "MLA absorbed dynamic": ("mla", True, "dynamic"),
+    "MLA absorbed prealloc": ("mla", True, "preallocated"),
+}
+
+
+def _decode_section(model, mla, args: argparse.Namespace) -> list[str]:
+    """Decode tokens/s of every variant at every (batch, context), interleaved round by round; best of repeats."""
+    models = {"gqa": model, "mla": mla}
+    speed: dict[tuple[str, int, int], float] = {}
+    for _ in range(args.repeats):
+        for batch in args.batches:
+            for context in args.contexts:
+                for name, (which, absorb, cache) in VARIANTS.items():  # interleaved: load drifts hit all alike
+                    if absorb is not None:
+                        set_absorb(mla, absorb)
+                    tps = decode_tokens_per_second(models[which], context, args.new_tokens, batch=batch, cache=cache,
+                                                   synthetic_context=True)
+                    key = (name, batch, context)
+                    speed[key] = max(speed.get(key, 0.0), tps)
+                    say(f"  batch {batch} context {context} {name}: {tps:.1f} tok/s")
+    set_absorb(mla, True)
+    out = ["", f"## Decode tokens/s (batch x {args.new_tokens} greedy steps / s; best of {args.repeats})", "",
+           "Every variant decodes after the same context, interleaved in one run. The context is one real token plus "
+           "`context - 1` cached positions of random numbers in each layer's own cache shapes (`synthetic_context`): "
+           "a decoding step does the same work as after a real prefill, and batch 8 x 8,192 needs no 65k-token "
+           "prefill. `dynamic` = transformers' DynamicCache (appends by torch.cat: each step copies the whole "
+           "cache); `prealloc` = `rankwise.compress.mla_deploy.cache.preallocated_cache` (appends in place). "
+           "GQA cache per token 46,080 bytes, MLA 23,040.", ""]
+    out += ["| batch | context | cache MB (GQA / MLA) | " + " | ".join(VARIANTS)
+            + " | absorbed / GQA, both dynamic | absorbed prealloc / best GQA |", "|---" * (len(VARIANTS) + 5) + "|"]
+    for batch in args.batches:
+        for c in args.contexts:
+            v = {n: speed[n, batch, c] for n in VARIANTS}
+            best_gqa = max(v["GQA dynamic"], v["GQA prealloc"])
+            mb = batch * c * 46080 / 2**20
+            out.append(f"| {batch} | {c} | {mb:.0f} / {mb / 2:.0f} | " + " | ".join(f"{v[n]:.1f}" for n in VARIANTS)
+                       + f" | {v['MLA absorbed dynamic'] / v['GQA dynamic']:.2f} | {v['MLA absorbed prealloc'] / best_gqa:.2f} |")
+    return out
 
 
 def _finish(args: argparse.Namespace, lines: list[str], t0: float) -> int:

@@ -79,7 +79,9 @@ def test_report_smoke(tmp_path):
 
     report = run_reproduction("care-mla:deploy", "smoke", seed=0)
     claims = {c.name: c for c in report.claims}
-    assert set(claims) == {"cache_bytes_equal_expected", "kv_saving_50pct", "absorbed_equals_expanded", "generate_equals_no_cache", "export_perplexity_gap", "healing_lowers_perplexity"}
+    assert set(claims) == {"cache_bytes_equal_expected", "kv_saving_50pct", "absorbed_equals_expanded", "generate_equals_no_cache",
+                           "export_perplexity_gap", "healing_lowers_perplexity", "care_heals_better_than_palu",
+                           "care_heals_better_than_mha2mla"}
     for name in ("cache_bytes_equal_expected", "kv_saving_50pct", "absorbed_equals_expanded", "generate_equals_no_cache", "export_perplexity_gap"):
         assert claims[name].passed, claims[name]
     report.write(tmp_path / "out")

@@ -55,6 +55,7 @@ class MLAAttention(nn.Module):
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
         self.register_buffer("rope_index", rope_index.clone().long(), persistent=False)
         self.register_buffer("head_group", torch.arange(num_heads) // (num_heads // num_kv_heads), persistent=False)
+        self._rope_key = tuple(int(i) for i in rope_index.tolist())  # the kept columns, to share their cos/sin tables
 
     @property
     def latent_dims(self) -> int:
@@ -72,8 +73,7 @@ class MLAAttention(nn.Module):
         q_rope = self.q_rope_proj(hidden_states).view(bsz, q_len, self.num_heads, self.rope_dims).transpose(1, 2)
         latent, k_rope = self.kv_a_proj(hidden_states).unsqueeze(1).split([self.k_rank + self.v_rank, self.rope_dims], dim=-1)
 
-        cos, sin = position_embeddings
-        cos, sin = cos[..., self.rope_index].unsqueeze(1), sin[..., self.rope_index].unsqueeze(1)
+        cos, sin = _kept_rope_tables(position_embeddings, self.rope_index, self._rope_key)
         q_rope = q_rope * cos + rotate_half(q_rope) * sin
         k_rope = k_rope * cos + rotate_half(k_rope) * sin
 
@@ -134,6 +134,23 @@ def _single_head_decode(
     wide = torch.float32 if scores.dtype in (torch.float16, torch.bfloat16) else scores.dtype  # never narrow float64
     probs = scores.softmax(dim=-1, dtype=wide).to(c_v.dtype)
     return (probs @ c_v).transpose(1, 2)
+
+
+# The last (cos, sin) pair a layer received and its kept columns: every layer of a forward gets the same
+# position_embeddings and (one global pair selection) keeps the same columns, so the gather runs once per forward
+# instead of once per layer. Keyed by the tensors' identity (held here, so an id cannot be reused) and the columns.
+_ROPE_TABLES: dict[str, tuple] = {}
+
+
+def _kept_rope_tables(position_embeddings: tuple[torch.Tensor, torch.Tensor], rope_index: torch.Tensor, key: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kept pairs' cos and sin [B, 1, T, 2k] out of the model's (cos, sin) [B, T, dh]."""
+    cos, sin = position_embeddings
+    last = _ROPE_TABLES.get("last")
+    if last is not None and last[0] is cos and last[1] is sin and last[2] == key:
+        return last[3], last[4]
+    kept_cos, kept_sin = cos[..., rope_index].unsqueeze(1), sin[..., rope_index].unsqueeze(1)
+    _ROPE_TABLES["last"] = (cos, sin, key, kept_cos, kept_sin)
+    return kept_cos, kept_sin
 
 
 def _attention_mask(mask: torch.Tensor | None, q_len: int, kv_len: int, device: torch.device) -> tuple[torch.Tensor | None, bool]:

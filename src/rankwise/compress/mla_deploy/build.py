@@ -23,7 +23,7 @@ from torch import nn
 
 from rankwise.compress.mla.allocation import allocate_ranks
 from rankwise.compress.mla.calibration import kv_input_moments
-from rankwise.compress.mla.factorize import DEFAULT_DAMPING, check_damping, decompose_layer
+from rankwise.compress.mla.factorize import DEFAULT_DAMPING, JOINT_METHODS, METHODS, canonical_method, check_damping, decompose_layer
 from rankwise.compress.mla.layout import decoder_layers, kv_layout
 from rankwise.compress.mla_deploy.attention import MLAAttention
 from rankwise.compress.mla_deploy.rope import concentrate_pairs, decouple_rope, pair_contribution, rope_columns, rotation_sensitivity, select_pairs
@@ -46,6 +46,7 @@ def convert_to_deployable_mla(
     allocation: str = "uniform",
     score: str = "paper",
     damping: float | None = None,
+    method: str = "care",
     absorb: bool = True,
     use_cache: bool = True,
     rope_context: int = 2048,
@@ -56,7 +57,9 @@ def convert_to_deployable_mla(
     The cache holds 2 * kv_rank + rope_dims numbers per token and layer, against 2 * kv_width for the GQA model
     (SmolLM2: kv_rank=80, rope_dims=32 -> 192 of 384, a 50 % saving). calibration: token ids [N, T] or batches, or
     moments keyed by k_proj name (required: CARE and the contribution ranking are data-driven). damping: relative
-    to mean(diag C) (CARE default 0.1). rope_context: the distance range the 'sensitivity' selection averages over.
+    to mean(diag C) (the method's default: CARE 0.1). method: the latent factorization, CARE's whitened SVD or a
+    per-matrix baseline from `compress.mla.METHODS` ("svd" is Palu's plain SVD); the joint "mha2mla" latent is not
+    representable here (K and V have separate latents). rope_context: the distance range the 'sensitivity' selection averages over.
     The original model is not modified.
     """
     layout = kv_layout(model)
@@ -75,8 +78,12 @@ def convert_to_deployable_mla(
         raise InvalidInputError("deployable MLA supports the default RoPE only (no scaled RoPE variants)")
     # A latent cache larger than the GQA one (2 kv_rank + rope_dims > 2 kv_width) is allowed here: full-rank parity
     # checks need it. `rankwise convert mla --deploy`, whose purpose is the saving, refuses it.
+    method = canonical_method(method)
+    if method in JOINT_METHODS:
+        raise InvalidInputError(f"method {method!r} shares one latent between K and V; deployable MLA has separate K and V "
+                                f"latents: choose one of {sorted(set(METHODS) - JOINT_METHODS)}")
     check_damping(damping)
-    damping = DEFAULT_DAMPING["care"] if damping is None else float(damping)
+    damping = DEFAULT_DAMPING[method] if damping is None else float(damping)
 
     moments = kv_input_moments(model, calibration, use_cache=use_cache)
     dh, nh, g = layout.head_dim, layout.num_heads, layout.num_kv_heads
@@ -101,7 +108,7 @@ def convert_to_deployable_mla(
         for (w_q, w_k, w_v), conc, moment in progress(list(zip(weights, concentrations, moments)), desc="factorizing MLA layers"):
             split = decouple_rope(w_q, w_k, conc, pairs, nh, g, dh)
             splits.append(split)
-            decomps.append(decompose_layer(split.k_nope.T, w_v, "care", moment, damping))
+            decomps.append(decompose_layer(split.k_nope.T, w_v, method, moment, damping))
         k_ranks = allocate_ranks([d[0].sigma for d in decomps], kv_rank, allocation, score)
         v_ranks = allocate_ranks([d[1].sigma for d in decomps], kv_rank, allocation, score)
         truncated = [(d[0].truncate(rk), d[1].truncate(rv)) for d, rk, rv in zip(decomps, k_ranks, v_ranks)]
@@ -125,7 +132,7 @@ def convert_to_deployable_mla(
     kept = [float((conc.key_energy[pairs].sum() / conc.total_energy[pairs].sum().clamp_min(1e-300))) for conc in concentrations]
     setattr(target.config, CONFIG_KEY, {
         "kv_rank": kv_rank, "k_ranks": k_ranks, "v_ranks": v_ranks, "rope_dims": rope_dims, "rope_selection": rope_selection,
-        "rope_pairs": pairs, "rope_context": rope_context, "allocation": allocation, "score": score, "damping": damping,
+        "rope_pairs": pairs, "rope_context": rope_context, "allocation": allocation, "score": score, "method": method, "damping": damping,
         "rope_key_energy_kept": kept,  # per layer: share of the kept pairs' key energy that stays rotary after RoRoPE
     })
     return target.eval()
