@@ -29,6 +29,8 @@ from rankwise.core.io import write_text_atomic
 from rankwise.data import token_windows
 from rankwise.models import load_model
 from rankwise.optim import LoRAPre, LoRAPreMuon, galore_adamw, low_rank_param_groups, optimizer_state_bytes, split_low_rank_params
+from rankwise.optim.lora_pre_muon import muon_shape_scale
+from rankwise.optim.newton_schulz import newton_schulz5
 from rankwise.registry import repo_root
 from rankwise.repro.lora_pre.main import SIZES, pretraining_model
 
@@ -36,15 +38,65 @@ RANK = 32
 GALORE_GAP = 200
 
 
-def _makers(rank: int) -> dict[str, Callable[[nn.Module], torch.optim.Optimizer]]:
+def _makers(rank: int, references: bool = False) -> dict[str, Callable[[nn.Module], torch.optim.Optimizer]]:
+    """The optimizers compared; with `references`, also LoRA-Pre's per-matrix reference step and plain Muon."""
     r8 = max(1, rank // 8)
-    return {
+    makers = {
         "AdamW": lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.0, foreach=False),
         f"GaLore r={rank}": lambda m: galore_adamw(m, 1e-3, rank, update_proj_gap=GALORE_GAP, scale=0.25),
         f"LoRA-Pre r={rank}": lambda m: LoRAPre(low_rank_param_groups(m, rank), lr=1e-3, weight_decay=0.0),
         f"LoRA-Pre r={r8}": lambda m: LoRAPre(low_rank_param_groups(m, r8), lr=1e-3, weight_decay=0.0),
         f"LoRA-Pre (Muon) r={rank}": lambda m: LoRAPreMuon(_muon_groups(m, rank)),
     }
+    if references:
+        makers[f"LoRA-Pre r={rank}, per-matrix reference"] = lambda m: _reference(LoRAPre(low_rank_param_groups(m, rank), lr=1e-3, weight_decay=0.0))
+        makers[f"LoRA-Pre r={r8}, per-matrix reference"] = lambda m: _reference(LoRAPre(low_rank_param_groups(m, r8), lr=1e-3, weight_decay=0.0))
+        makers["Muon (dense momentum)"] = lambda m: DenseMuon(_muon_groups(m, rank))
+    return makers
+
+
+def _reference(opt: LoRAPre) -> LoRAPre:
+    opt.batched_step = False  # the per-matrix `_factored_step` the batched step is tested against
+    return opt
+
+
+class DenseMuon(LoRAPreMuon):
+    """Plain Muon for the factored matrices (a full [p, q] momentum buffer, the same Newton-Schulz and scale),
+    AdamW for the rest: the reference LoRA-Pre (Muon) should be compared with, since Newton-Schulz dominates both."""
+
+    batched_step = False
+
+    def _factored_step(self, p: torch.Tensor, group: dict, index: int) -> None:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            state["momentum_buffer"] = torch.zeros_like(p)
+        state["step"] += 1
+        buf = state["momentum_buffer"].mul_(group["momentum"]).add_(p.grad)
+        update = newton_schulz5(buf, group["ns_steps"])
+        p.add_(update, alpha=-group["lr"] * muon_shape_scale(*p.shape))
+
+
+def matmul_floor(model: nn.Module, rank: int, repeats: int) -> tuple[float, float]:
+    """(seconds, flops) of the [p, q]-sized matmuls one LoRA-Pre step cannot avoid, per 2-D matrix p x q: the two
+    reconstructions m_B m_A and v_B v_A and the four regression products a g^T, b^T g, a |g|^T, b^T |g|, each
+    2 p q r flops: 12 p q r in all (AdamW's step is O(p q) elementwise work). Timed alone, best of `repeats`."""
+    gen = torch.Generator().manual_seed(0)
+    mats = [(torch.randn(p.shape[0], rank, generator=gen), torch.randn(rank, p.shape[1], generator=gen), torch.randn(p.shape, generator=gen))
+            for _, p in split_low_rank_params(model)[0]]
+    flops = sum(12 * g.numel() * rank for _, _, g in mats)
+
+    def run() -> None:
+        for b, a, g in mats:
+            b @ a, b @ a, a @ g.T, b.T @ g, a @ g.T, b.T @ g
+
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return best, flops
 
 
 def _muon_groups(model: nn.Module, rank: int) -> list[dict]:
@@ -68,6 +120,8 @@ def full_training_step(batch: torch.Tensor, repeats: int) -> list[dict[str, str]
     for name, make in _makers(RANK).items():
         model = pretraining_model(setup, 0).train()
         runs[name] = (model, make(model))
+    # the reproduction's pretraining model has its own (byte) vocabulary: fold the wiki token ids into it
+    batch = batch % next(iter(runs.values()))[0].config.vocab_size
     times: dict[str, list[float]] = {name: [] for name in runs}
     for i in range(repeats + 1):  # the first round builds states (and GaLore's first SVD): not timed
         for name, (model, opt) in runs.items():
@@ -80,13 +134,13 @@ def full_training_step(batch: torch.Tensor, repeats: int) -> list[dict[str, str]
     return _rows(runs, times)
 
 
-def optimizer_step_only(model: nn.Module, batch: torch.Tensor, repeats: int) -> list[dict[str, str]]:
+def optimizer_step_only(model: nn.Module, batch: torch.Tensor, repeats: int) -> tuple[list[dict[str, str]], dict[str, float]]:
     model.train()
     model(input_ids=batch, labels=batch).loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
     runs = {}
-    for name, make in _makers(RANK).items():
+    for name, make in _makers(RANK, references=True).items():
         clone = copy.deepcopy(model)
         runs[name] = (clone, make(clone))
     times: dict[str, list[float]] = {name: [] for name in runs}
@@ -108,7 +162,50 @@ def optimizer_step_only(model: nn.Module, batch: torch.Tensor, repeats: int) -> 
             regular = statistics.median(times[row["optimizer"]])
             amortised = (refresh[row["optimizer"]] + (GALORE_GAP - 1) * regular) / GALORE_GAP
             row["note"] = f"SVD refresh step {refresh[row['optimizer']] * 1e3:.0f} ms; amortised over {GALORE_GAP} steps {amortised * 1e3:.1f} ms"
-    return rows
+    muon = statistics.median(times["Muon (dense momentum)"])
+    for row in rows:
+        if "Muon" in row["optimizer"]:
+            row["note"] = f"{statistics.median(times[row['optimizer']]) / muon:.2f} x plain Muon"
+    return rows, {name: statistics.median(t) for name, t in times.items()}
+
+
+def _dense_adamw_time(model: nn.Module, repeats: int) -> float:
+    """Best-of-`repeats` seconds of AdamW on the parameters every optimizer here keeps dense (embeddings, norms)."""
+    dense = [p.detach().clone().requires_grad_() for _, p in split_low_rank_params(model)[1]]
+    for p in dense:
+        p.grad = torch.randn_like(p) * 1e-3
+    opt = torch.optim.AdamW(dense, lr=1e-3, weight_decay=0.0, foreach=False)
+    opt.step()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        opt.step()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _floor_section(medians: dict[str, float], floors: dict[int, tuple[float, float]], dense_adamw: float) -> str:
+    """How close LoRA-Pre's step is to what its arithmetic allows, from the measured matmul floor."""
+    adamw = medians["AdamW"]
+    lines = ["## What the arithmetic allows (SmolLM2 shapes, same run)", "",
+             "LoRA-Pre's step must do, per matrix p x q, 12 p q r flops of matmuls (`matmul_floor`: two reconstructions "
+             "and four regression products) besides elementwise work of about AdamW's size (the batched step reads and "
+             "writes ~18 p q numbers, as AdamW does), while the embeddings and norms run plain AdamW in every optimizer. "
+             "So a lower bound on LoRA-Pre's step is (AdamW on the dense parameters) + (the matmuls alone), both timed "
+             "here with the same threads; the ratio bound below divides it by AdamW's whole step.", "",
+             "| rank | matmul flops (G) | matmuls alone ms | GFLOP/s | dense-part AdamW ms | lower bound / AdamW | measured batched / AdamW | per-matrix reference / AdamW |",
+             "|---|---|---|---|---|---|---|---|"]
+    for rank, (sec, flops) in floors.items():
+        bound = (dense_adamw + sec) / adamw
+        fast = medians[f"LoRA-Pre r={rank}"] / adamw
+        ref = medians[f"LoRA-Pre r={rank}, per-matrix reference"] / adamw
+        lines.append(f"| {rank} | {flops / 1e9:.2f} | {sec * 1e3:.1f} | {flops / sec / 1e9:.0f} | {dense_adamw * 1e3:.1f} | {bound:.2f} | {fast:.2f} | {ref:.2f} |")
+    lines += ["", "The bound counts the matmuls and the dense part only, not the matrices' own elementwise work (~AdamW's "
+              "matrix share), so it is optimistic: a ratio above 1.3 in its column means 1.3x AdamW is out of reach "
+              "on this CPU at that rank, whatever the implementation. The Muon variant is bounded by Newton-Schulz "
+              "(5 iterations of ~6 min(p,q)^2 max(p,q) flops per matrix), which plain Muon pays too: its ratio to "
+              "plain Muon, in the table's note, is the cost of the factored momentum.", ""]
+    return "\n".join(lines)
 
 
 def _rows(runs: dict, times: dict[str, list[float]]) -> list[dict[str, str]]:
@@ -144,7 +241,9 @@ def main() -> None:
     windows = token_windows(tokenizer, "eval", 128, 8)
     t0 = time.perf_counter()
     step_rows = full_training_step(windows, args.repeats)
-    opt_rows = optimizer_step_only(smollm2, windows[:2], args.repeats)
+    opt_rows, medians = optimizer_step_only(smollm2, windows[:2], args.repeats)
+    floors = {r: matmul_floor(smollm2, r, args.repeats) for r in (RANK, max(1, RANK // 8))}
+    dense_adamw = _dense_adamw_time(smollm2, args.repeats)
     n_small = sum(p.numel() for p in pretraining_model(SIZES.full, 0).parameters())
     n_big = sum(p.numel() for p in smollm2.parameters())
     text = "\n".join([
@@ -160,6 +259,7 @@ def main() -> None:
         "Matrix state = the attention and MLP weight matrices, the only parameters whose states are low rank; embeddings "
         "and norms keep AdamW states in every optimizer, which dominates the total for these small models.",
         "",
+        _floor_section(medians, floors, dense_adamw),
     ])
     out = args.out or (repo_root() or Path.cwd()) / "docs" / "results" / "lora-pre" / "benchmark.md"
     write_text_atomic(out, text)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from rankwise.errors import InvalidInputError, NumericalError
-from rankwise.optim.low_rank_regression import DEFAULT_RIDGE, gamma_for_beta, newton_factor_step_
+from rankwise.optim.low_rank_regression import DEFAULT_RIDGE, gamma_for_beta, newton_factor_step_, newton_factor_steps_
 
 NONFINITE_POLICIES = ("raise", "skip")
 V_BIAS_CORRECTIONS = ("adam", "surrogate")
@@ -44,6 +44,9 @@ class LoRAPre(torch.optim.Optimizer):
         rank: rank r of the moment factors; must not exceed min(p, q) of any 2-D parameter it applies to.
         ridge: relative ridge of the r x r Gram solves (times trace/r).
         init_std: the A factors start as N(0, init_std^2), the B factors at zero.
+        init: "zero" (default): the start above, the moments build up from zero; or "svd": the factors start at
+            the rank-r SVD fits of the first gradient g_1 and of |g_1| (the card's alternative), with no bias
+            correction (see rankwise.optim.lora_pre_init). Directions with no singular value keep the zero start.
         use_updated_factors: reconstruct the previous moments from the factors after this step's regression
             instead of before it (the paper's ordering here is ambiguous; False is the default reading).
         v_bias_correction: "surrogate" (default): divide v by the fraction of g^2 the factored v holds after t steps
@@ -59,9 +62,15 @@ class LoRAPre(torch.optim.Optimizer):
 
     # The per-parameter factor names, B before A for each moment; subclasses that keep other factors override it.
     factor_keys: tuple[str, ...] = FACTOR_KEYS
+    # True: same-shape matrices are updated together (`_factored_bucket_step`); False: one at a time by the reference
+    # `_factored_step`, which the batched path must equal up to float rounding. Settable per instance.
+    batched_step: bool = True
+    # At most this many matrix entries per batched update: its [p, q] temporaries (m, sqrt(v), |g|) exist for all
+    # matrices of a batch at once, so this bounds the step's transient memory to ~3 x 4 x bucket_numel bytes.
+    bucket_numel: int = 2**23
     # Hyperparameters added after states were first saved, with the value that reproduces those runs: a state saved
     # before `v_bias_correction` existed was trained with Adam's correction, so it resumes with it.
-    legacy_group_defaults: dict[str, Any] = {"v_bias_correction": "adam"}
+    legacy_group_defaults: dict[str, Any] = {"v_bias_correction": "adam", "init": "zero"}
 
     def __init__(
         self,
@@ -74,6 +83,7 @@ class LoRAPre(torch.optim.Optimizer):
         *,
         ridge: float = DEFAULT_RIDGE,
         init_std: float = 0.02,
+        init: str = "zero",
         use_updated_factors: bool = False,
         v_bias_correction: str = "surrogate",
         nonfinite: str = "raise",
@@ -82,6 +92,7 @@ class LoRAPre(torch.optim.Optimizer):
         defaults = dict(
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, rank=rank,
             ridge=ridge, init_std=init_std, use_updated_factors=use_updated_factors, v_bias_correction=v_bias_correction,
+            init=init,
         )
         self._setup(params, defaults, nonfinite, seed)
 
@@ -116,6 +127,8 @@ class LoRAPre(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if any(p.grad is not None and p.grad.is_sparse for g in self.param_groups for p in g["params"]):
+            raise InvalidInputError(f"{type(self).__name__} does not support sparse gradients; use dense embeddings")
         if not self._gradients_finite():
             if self.nonfinite == "raise":
                 raise NumericalError(
@@ -126,20 +139,32 @@ class LoRAPre(torch.optim.Optimizer):
             return loss
         index = 0
         for group in self.param_groups:
+            buckets: dict[tuple, list[torch.Tensor]] = {}
             for p in group["params"]:
                 if p.grad is not None:
-                    if p.grad.is_sparse:
-                        raise InvalidInputError(f"{type(self).__name__} does not support sparse gradients; use dense embeddings")
-                    if is_factored(p, group):
-                        self._factored_step(p, group, index)
-                    else:
+                    if not is_factored(p, group):
                         self._dense_step(p, group)
+                    elif self.batched_step and self.state[p]:
+                        # same shape, dtype, device and step count: one batched update (the step count fixes the
+                        # bias corrections, which a parameter that missed a gradient would not share)
+                        key = (tuple(p.shape), p.dtype, p.device, float(self.state[p]["step"]))
+                        buckets.setdefault(key, []).append(p)
+                    else:  # a fresh state (its initialisation may read the gradient), or the reference path
+                        self._factored_step(p, group, index)
                 index += 1
+            for params in buckets.values():
+                for chunk in _chunks(params, self.bucket_numel):
+                    self._factored_bucket_step(chunk, group)
         return loss
 
     def _gradients_finite(self) -> bool:
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
+            return True
+        # A sum is one vectorised read and is non-finite whenever an entry is; isfinite().all() writes a mask of
+        # every entry first (3x slower). Only a sum that overflowed with all entries finite needs the exact check.
+        sums = torch.stack([g.sum(dtype=torch.float64 if g.dtype == torch.float64 else torch.float32) for g in grads])
+        if bool(torch.isfinite(sums).all()):
             return True
         return bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
 
@@ -193,8 +218,62 @@ class LoRAPre(torch.optim.Optimizer):
         denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
         p.add_((exp_avg / denom).to(p.dtype), alpha=-(lr / bias_correction1))
 
+    def _factored_bucket_step(self, params: list[torch.Tensor], group: dict[str, Any]) -> None:
+        """`_factored_step` for n same-shape parameters whose states exist and share a step count, batched.
+
+        The factors are stacked ([n, p, r], [n, r, q]: small copies, which also keep the previous factors for the
+        reconstruction), so the r x r solves and factor updates are batched ops (`newton_factor_steps_`). The
+        [p, q] work then runs matrix by matrix, each temporary freed before the next is made (holding them for all
+        n at once costs fresh memory pages every step, more than it saves), fused into few passes:
+            m = beta1 m_B m_A + (1-beta1) g                one addmm, instead of a matmul and two passes;
+            sqrt(v) = sqrt(1-beta2) hypot(c v_B v_A, g)    c = sqrt(beta2 / (1-beta2)) folded into v_B: no square,
+                                                           addcmul and sqrt passes;
+            p <- p - lr/bc1 m / (sqrt(v)/bc2 + eps)         one addcdiv, the scalars folded in.
+        Equal to the per-matrix reference `_factored_step` up to float rounding (tests/optim/test_lora_pre_batched.py).
+        """
+        states = [self.state[p] for p in params]
+        beta1, beta2 = group["betas"]
+        lr, eps, wd, ridge = group["lr"], group["eps"], group["weight_decay"], group["ridge"]
+        low = params[0].dtype in (torch.float16, torch.bfloat16)
+        grads = [p.grad.float() for p in params] if low else [p.grad for p in params]
+        old = [torch.stack([s[k] for s in states]) for k in FACTOR_KEYS]
+        new = [f.clone() for f in old]
+        steps = [s["step"] for s in states]
+        torch._foreach_add_(steps, 1.0)
+        step = float(steps[0])  # a CPU counter, as torch's AdamW keeps it: no device sync
+        newton_factor_steps_(new[0], new[1], grads, gamma_for_beta(beta1, 2), ridge)
+        newton_factor_steps_(new[2], new[3], grads, gamma_for_beta(beta2, 4), ridge, absolute=True)
+        for k, stacked in zip(FACTOR_KEYS, new):
+            torch._foreach_copy_([s[k] for s in states], list(stacked.unbind(0)))
+        m_b, m_a, v_b, v_a = new if group["use_updated_factors"] else old
+
+        bias_correction1 = 1 - beta1**step
+        if group["v_bias_correction"] == "surrogate":
+            built = step if group["use_updated_factors"] else step - 1
+            bias_correction2_sqrt = surrogate_v_correction(beta2, built) ** 0.5
+        else:
+            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+        # sqrt(v)/bc2 + eps = scale * (hypot + eps/scale), so the update is -(lr/bc1)/scale * m / (hypot + eps/scale)
+        scale = math.sqrt(1.0 - beta2) / bias_correction2_sqrt
+        step_size = -(lr / bias_correction1) / scale
+        v_b = v_b * math.sqrt(beta2 / (1.0 - beta2))
+        for i, (p, g) in enumerate(zip(params, grads)):
+            exp_avg = torch.addmm(g, m_b[i], m_a[i], beta=1 - beta1, alpha=beta1)
+            denom = torch.hypot(v_b[i] @ v_a[i], g).add_(eps / scale)
+            if wd != 0:
+                p.mul_(1 - lr * wd)
+            if low:  # formed in float32 and rounded once to the weights' dtype, as in `_factored_step`
+                p.add_(exp_avg.div_(denom).to(p.dtype), alpha=step_size)
+            else:
+                p.addcdiv_(exp_avg, denom, value=step_size)
+
     def _initial_factors(self, p: torch.Tensor, group: dict[str, Any], index: int) -> dict[str, torch.Tensor]:
-        """B factors at zero, A factors N(0, init_std^2) from a generator keyed by (seed, parameter index)."""
+        """B factors at zero, A factors N(0, init_std^2) from a generator keyed by (seed, parameter index); with
+        init="svd", the rank-r SVD fits of the first gradient p.grad and of its absolute value instead."""
+        if group.get("init", "zero") == "svd":
+            from rankwise.optim.lora_pre_init import first_gradient_factor_state
+
+            return first_gradient_factor_state(p, p.grad, group["rank"], group["init_std"], self.seed, index, self.factor_keys)
         return initial_factor_state(p, group["rank"], group["init_std"], self.seed, index, self.factor_keys)
 
     @torch.no_grad()
@@ -273,6 +352,19 @@ def initial_factor_state(
     return state
 
 
+def _chunks(params: list[torch.Tensor], numel: int) -> list[list[torch.Tensor]]:
+    """Consecutive runs of `params` holding at most `numel` entries each (a larger parameter is a run by itself)."""
+    runs: list[list[torch.Tensor]] = [[]]
+    total = 0
+    for p in params:
+        if runs[-1] and total + p.numel() > numel:
+            runs.append([])
+            total = 0
+        runs[-1].append(p)
+        total += p.numel()
+    return runs
+
+
 def surrogate_v_correction(beta2: float, regressions: int) -> float:
     """Fraction of g^2 that v = beta2 (v_B v_A)^2 + (1 - beta2) g^2 holds for a constant gradient g when the factors,
     started at zero, have taken `regressions` steps towards |g| (their product reaches 1 - beta2^(k/2) of |g|)."""
@@ -288,6 +380,8 @@ def _check_group(group: dict[str, Any]) -> None:
     check_adamw_rates(group)
     if group["v_bias_correction"] not in V_BIAS_CORRECTIONS:
         raise InvalidInputError(f"v_bias_correction must be one of {V_BIAS_CORRECTIONS}, got {group['v_bias_correction']!r}")
+    if group.get("init", "zero") not in ("zero", "svd"):  # rankwise.optim.lora_pre_init.FACTOR_INITS
+        raise InvalidInputError(f"init must be 'zero' or 'svd', got {group.get('init')!r}")
     check_group_rank(group)
 
 
