@@ -28,6 +28,9 @@ class Arm:
 
     name: str
     build: Callable[[int], nn.Module]
+    # this arm's learning-rate grid when it differs from the comparison's shared one: every arm is tuned by the
+    # same procedure, but each grid must bracket that arm's own optimum (a product net wants larger steps than SIREN)
+    lr_grid: Sequence[float] | None = None
 
 
 @dataclass
@@ -114,7 +117,8 @@ def compare_arms(report: Report, arm_list: Sequence[Arm], grid: Sequence[float],
 
     Returns ({arm: chosen lr}, {arm: {metric: per-seed values}}) with the metrics `evaluate` computes per fit.
     """
-    chosen = {a.name: tune_arm(report, a, grid, train, val_score, seed, budget(a), higher_is_better) for a in arm_list}
+    chosen = {a.name: tune_arm(report, a, a.lr_grid or grid, train, val_score, seed, budget(a), higher_is_better)
+              for a in arm_list}
     results: dict[str, dict[str, list[float]]] = {a.name: {} for a in arm_list}
     for i in range(seeds):
         for arm in arm_list:
