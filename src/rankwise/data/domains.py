@@ -24,6 +24,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from rankwise.data.wiki import articles
+from rankwise.data.windows import cut_windows
 from rankwise.errors import InvalidInputError, UnknownNameError
 
 DOMAINS = ("wiki", "python-docs")
@@ -67,20 +68,6 @@ def text_stream(tokenizer: PreTrainedTokenizerBase, texts: str | list[str]) -> t
     ids = tokenizer([t for t in texts if t.strip()], add_special_tokens=False)["input_ids"]
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
     return torch.tensor([t for seq in ids for t in (*seq, eos)], dtype=torch.long)
-
-
-def cut_windows(stream: torch.Tensor, seq_len: int, max_windows: int | None = None) -> torch.Tensor:
-    """Non-overlapping windows [W, seq_len] from the start of a token stream [N] (the tail is dropped)."""
-    if seq_len < 2:
-        raise InvalidInputError(f"seq_len must be at least 2 (one input and one target), got {seq_len}")
-    n = stream.numel() // seq_len
-    if max_windows is not None:
-        if max_windows < 1:
-            raise InvalidInputError(f"max_windows must be positive, got {max_windows}")
-        n = min(n, max_windows)
-    if n == 0:
-        raise InvalidInputError(f"the text has {stream.numel()} tokens, fewer than one window of {seq_len}")
-    return stream[: n * seq_len].view(n, seq_len).clone()
 
 
 def domain_windows(

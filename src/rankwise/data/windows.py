@@ -30,14 +30,21 @@ def token_windows(
 
     `max_windows` keeps the first W windows, so a smaller evaluation is a prefix of a larger one.
     """
+    if seq_len < 2:  # checked before tokenizing the split
+        raise InvalidInputError(f"seq_len must be at least 2 (one input and one target), got {seq_len}")
+    return cut_windows(split_tokens(tokenizer, split), seq_len, max_windows, source=f"split {split!r}")
+
+
+def cut_windows(stream: torch.Tensor, seq_len: int, max_windows: int | None = None, source: str = "the text") -> torch.Tensor:
+    """Non-overlapping windows [W, seq_len] from the start of a token stream [N] (the tail is dropped); `source`
+    names the stream in errors."""
     if seq_len < 2:
         raise InvalidInputError(f"seq_len must be at least 2 (one input and one target), got {seq_len}")
-    stream = split_tokens(tokenizer, split)
     n = stream.numel() // seq_len
     if max_windows is not None:
         if max_windows < 1:
             raise InvalidInputError(f"max_windows must be positive, got {max_windows}")
         n = min(n, max_windows)
     if n == 0:
-        raise InvalidInputError(f"split {split!r} has {stream.numel()} tokens, fewer than one window of {seq_len}")
+        raise InvalidInputError(f"{source} has {stream.numel()} tokens, fewer than one window of {seq_len}")
     return stream[: n * seq_len].view(n, seq_len).clone()
