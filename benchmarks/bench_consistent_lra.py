@@ -24,7 +24,7 @@ from rankwise.algorithms.consistent_lra import (
     FrequentDirectionsLRA, LazyAdditiveLRA, RecomputeSVD, RidgeLeverageLRA, VerifiedMultiplicativeLRA,
     adversarial_alternation,
 )
-from rankwise.core.io import write_bytes_atomic, write_text_atomic
+from output import png_bytes, pyplot, write_benchmark
 from timing import loglog_slope
 
 EPS = 0.2
@@ -98,19 +98,11 @@ def main() -> None:
               "too); FD one d x d eigendecomposition per row for its output plus a shrink every l rows; B one per "
               "sampled row. At these sizes the d x d eigen-solvers grow like d^2.1-2.2 (below their asymptotic 3); A's "
               "~1.5 is its O(d^2) Gram update plus its few eigendecompositions."]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "benchmark.md", "\n".join(lines) + "\n")
-    write_bytes_atomic(args.out / "benchmark.png", plot(results))
-    print(f"written to {args.out / 'benchmark.md'}")
+    write_benchmark(args.out, lines, plot(results))
 
 
 def plot(results) -> bytes:
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.8))
     for ax, (sweep, per_alg) in zip(np.atleast_1d(axes), results.items()):
@@ -121,10 +113,7 @@ def plot(results) -> bytes:
         ax.grid(True, which="both", alpha=0.3)
     np.atleast_1d(axes)[0].legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 if __name__ == "__main__":

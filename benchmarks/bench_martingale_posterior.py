@@ -24,7 +24,7 @@ import numpy as np
 from rankwise.algorithms.martingale_posterior import (
     PoolGenerator, dirichlet_shortcut, forward_resample, martingale_posterior, sticks_for,
 )
-from rankwise.core.io import write_bytes_atomic, write_text_atomic
+from output import png_bytes, pyplot, write_benchmark
 from timing import best_time, loglog_slope
 
 
@@ -89,19 +89,11 @@ def main() -> None:
     lines += ["", "Forward resampling costs B M steps (linear in both; it is sequential in M, vectorised over the B "
               "paths); the shortcut costs B (n + K) with K ~ (alpha / 2) log(100 alpha) sticks for the dp_mean model "
               "term, independent of any horizon."]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "benchmark.md", "\n".join(lines) + "\n")
-    write_bytes_atomic(args.out / "benchmark.png", plot(curves))
-    print(f"written to {args.out / 'benchmark.md'}")
+    write_benchmark(args.out, lines, plot(curves))
 
 
 def plot(curves) -> bytes:
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for what, pts in curves.items():
@@ -114,10 +106,7 @@ def plot(curves) -> bytes:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from rankwise.algorithms.tubal import (
     GaussianMeasurements, block_circulant, factorized_gd, fold_slices, low_tubal_rank_psd, small_init, t_product,
     t_svd, unfold_slices,
 )
-from rankwise.core.io import write_bytes_atomic, write_text_atomic
+from output import png_bytes, pyplot, write_benchmark
 from timing import best_time, loglog_slope
 
 
@@ -88,19 +88,11 @@ def main() -> None:
     lines += ["", "The FFT form's cost grows like k (times log k for the transforms); the block-circulant product like "
               "k^2, so the gap widens with the tube length. One FGD iteration is dominated by the measurement "
               "products (m n^2 k = 135 n^3 here: exponent ~3; below 3 at these small sizes)."]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "benchmark.md", "\n".join(lines) + "\n")
-    write_bytes_atomic(args.out / "benchmark.png", plot(rows))
-    print(f"written to {args.out / 'benchmark.md'}")
+    write_benchmark(args.out, lines, plot(rows))
 
 
 def plot(rows) -> bytes:
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     groups = {"n (k = 8)": [], "k (n = 32)": [], "FGD": []}
     for what, pts in rows.items():
@@ -115,10 +107,7 @@ def plot(rows) -> bytes:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 if __name__ == "__main__":
