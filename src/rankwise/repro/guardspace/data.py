@@ -14,8 +14,8 @@ import torch
 
 from rankwise.data import topic_task
 
-# An arbitrary fixed theme: the first 16 are protected (their statistics build the projector), the last 8 are held-out
-# prompts of the same theme, to see whether protection generalises beyond the exact protected inputs.
+# An arbitrary fixed theme: the first 16 are protected (their statistics build the projector), the other 24 are
+# held-out prompts of the same theme, to see whether protection generalises beyond the exact protected inputs.
 GARDENING_PROMPTS = (
     "How often should I water tomato plants?",
     "What is the best soil for growing roses?",
@@ -41,6 +41,42 @@ GARDENING_PROMPTS = (
     "Which flowers bloom all summer long?",
     "How often should I fertilize houseplants?",
     "How do I grow peppers from seed?",
+    "What is the right way to water succulents?",
+    "How do I stop weeds from taking over my lawn?",
+    "When should I repot a fern?",
+    "How far apart should I plant lettuce?",
+    "What causes brown tips on spider plant leaves?",
+    "How do I overwinter geraniums?",
+    "Can I grow blueberries in a container?",
+    "How do I make my hydrangeas turn blue?",
+    "What is the best way to plant a hedge?",
+    "How long does it take for pumpkins to grow?",
+    "Should I remove the flowers from my potato plants?",
+    "How do I keep squirrels out of my vegetable beds?",
+    "What is the best time of day to water a garden?",
+    "How do I save seeds from my tomatoes?",
+    "Why is my lavender plant dying?",
+    "How do I train climbing roses on a trellis?",
+)
+# An unrelated theme, only for the specificity control: a projector of the same rank built from these prompts (and
+# the model's own answers to them) tests whether GuardSpace's protection comes from the protected subspace itself.
+ASTRONOMY_PROMPTS = (
+    "Why does the moon have phases?",
+    "How far away is the nearest star?",
+    "What is a black hole made of?",
+    "Why is Mars red?",
+    "How do astronomers find planets around other stars?",
+    "What causes a solar eclipse?",
+    "How old is the universe?",
+    "Why do stars twinkle at night?",
+    "What are the rings of Saturn made of?",
+    "How big is the Milky Way galaxy?",
+    "What is a shooting star?",
+    "Why does Venus look so bright?",
+    "What is the difference between a comet and an asteroid?",
+    "How hot is the surface of the sun?",
+    "Can you see the International Space Station from Earth?",
+    "What is a light year?",
 )
 OVERWRITE_ANSWER = "I will not talk about gardening. Ask me about trains instead."
 
@@ -84,6 +120,17 @@ class TopicPrompts:
     examples: list[Sequence_]
     labels: list[int]  # class ids
     label_first_tokens: torch.Tensor  # [12] first token of each label (distinct for this tokenizer)
+
+
+def split_every(prompts: TopicPrompts, every: int) -> tuple[TopicPrompts, TopicPrompts]:
+    """(every `every`-th example, the others): a validation split disjoint from the training examples."""
+    pick = [i % every == 0 for i in range(len(prompts.examples))]
+
+    def part(keep: bool) -> TopicPrompts:
+        idx = [i for i, p in enumerate(pick) if p == keep]
+        return TopicPrompts([prompts.examples[i] for i in idx], [prompts.labels[i] for i in idx], prompts.label_first_tokens)
+
+    return part(True), part(False)
 
 
 def topic_generation(tokenizer, split: str, count: int, words: int) -> TopicPrompts:
