@@ -70,7 +70,7 @@ class Settings:
 SIZES = BySize(
     smoke=Settings(48, 16, 3, 32, 2, HealConfig(steps=4, batch_size=2, lr=2e-3, checkpoint_every=2), 32, 16, (1e-3, 3e-3), 3),
     full=Settings(256, 32, 8, 256, 4, HealConfig(steps=30, batch_size=2, lr=2e-4, checkpoint_every=1000), 64, 2000,
-                  (1e-4, 3e-4, 1e-3), 3),
+                  (3e-4, 1e-3, 3e-3), 3),
 )
 
 

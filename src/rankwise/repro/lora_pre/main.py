@@ -72,7 +72,7 @@ SIZES = BySize(
     full=Settings(256, 8, 2000, 200, 3, hidden=64, layers=2, heads=4, kv_heads=4, intermediate=172, seq_len=64,
                   batch=8, steps=1600, rank=16, lrs=(1e-3, 3e-3, 1e-2, 3e-2),
                   # the committed full run picked 1e-3, the low edge, for both starts: the next run should extend this down
-                  lora_pre_lrs=(1e-3, 3e-3, 1e-2, 3e-2), galore_lrs=(3e-3, 1e-2, 3e-2, 1e-1),
+                  lora_pre_lrs=(1e-4, 3e-4, 1e-3, 3e-3), galore_lrs=(3e-3, 1e-2, 3e-2, 1e-1),
                   seeds=3, eval_windows=256, val_windows=128, eval_every=400),
 )
 GALORE_SCALE = 0.25  # GaLore's default scale for LLaMA pretraining
