@@ -101,6 +101,10 @@ def test_choices_mirror_their_sources():
     assert choices.ROPE_SELECTIONS == tuple(sorted(SELECTIONS))
     assert choices.ADAPTER_METHODS == tuple(available_methods())
     assert choices.OPTIMIZERS == tuple(sorted(OPTIMIZERS))
+    from rankwise.training import procedure_table  # noqa: F401  (fills PROCEDURES)
+    from rankwise.training.procedures import PROCEDURES
+
+    assert choices.PROCEDURES == tuple(sorted(PROCEDURES))
     assert set(choices.UNCHECKPOINTABLE_OPTIMIZERS) <= set(OPTIMIZERS)
 
 

@@ -21,7 +21,7 @@ import argparse
 import ast
 from pathlib import Path
 
-from rankwise.commands.choices import ADAPTER_METHODS, OPTIMIZERS, UNCHECKPOINTABLE_OPTIMIZERS
+from rankwise.commands.choices import ADAPTER_METHODS, OPTIMIZERS, PROCEDURES, UNCHECKPOINTABLE_OPTIMIZERS
 from rankwise.commands.common import (check_output, checkpoint_note, fraction, nonnegative_float, nonnegative_int,
                                       positive_float, positive_int, require_model)
 from rankwise.models import folders
@@ -49,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--targets-regex", default=None, help="a regex that must match whole module names (instead of --targets; default: none)")
     p.add_argument("--top-k-layers", type=positive_int, default=None, help="adapt only the top K transformer layers (shorter backward; default: all)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method-specific config field, e.g. lora_alpha=16 or share=False (repeatable; default: none)")
+    p.add_argument("--procedure", default=None, choices=PROCEDURES,
+                   help="a method's training procedure on top of the adapter (e.g. lmao, car-lora; default: plain training)")
+    p.add_argument("--procedure-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a field of the procedure, e.g. base_lr=1e-6 (repeatable; default: none)")
     p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps")
     p.add_argument("--batch-size", type=positive_int, default=16, help="examples per micro-batch (the global batch under torchrun)")
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches accumulated per optimizer step")
@@ -89,6 +93,11 @@ def check_arguments(args: argparse.Namespace) -> dict:
     require_model(args.model, "finetune", ACCEPTS, causal=args.task == "wiki-lm")
     check_output(args.out)
     options = parse_options(args.option)
+    if args.procedure_option and not args.procedure:
+        raise InvalidInputError("--procedure-option needs --procedure")
+    if full and args.procedure:
+        raise InvalidInputError(f"--procedure {args.procedure} trains an adapter: it needs an adapter --method, not full")
+    parse_options(args.procedure_option, "--procedure-option")  # its format, now; its fields when it is built
     if not full:
         from rankwise.adapters import build_config
 
@@ -98,14 +107,14 @@ def check_arguments(args: argparse.Namespace) -> dict:
     return options
 
 
-def parse_options(items: list[str]) -> dict:
+def parse_options(items: list[str], flag: str = "--option") -> dict:
     from rankwise.errors import InvalidInputError
 
     options = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise InvalidInputError(f"--option takes KEY=VALUE, got {item!r}")
+            raise InvalidInputError(f"{flag} takes KEY=VALUE, got {item!r}")
         try:
             options[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -154,6 +163,12 @@ def run(args: argparse.Namespace) -> int:
             adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **options)
             say(f"{args.method} r={args.rank} on {args.model}: {adapted.count_parameters()}")
         module = task.wrap(adapted)
+        procedure = None
+        if args.procedure:
+            from rankwise.training.procedures import build_procedure
+
+            procedure_options = parse_options(args.procedure_option, "--procedure-option")
+            procedure = build_procedure(args.procedure, module, task, args.seed, **procedure_options)
     config = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
@@ -163,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
                   "targets": args.targets, "targets_regex": args.targets_regex, "top_k_layers": args.top_k_layers,
                   "seq_len": args.seq_len, "train_examples": args.train_examples, "eval_examples": args.eval_examples,
                   **{f"option {k}": v for k, v in sorted(options.items())}}
-    result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer, run_config=run_config)
+    result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer, run_config=run_config,
+                   procedure=procedure)
     adapter_params = None if full else adapted.count_parameters().trainable
     what = "model" if full else f"{adapter_params:,} adapter parameters"
     if main:  # every rank holds the same trained weights; one writes them

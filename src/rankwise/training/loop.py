@@ -32,6 +32,7 @@ from rankwise.errors import InvalidInputError, NumericalError
 from rankwise.training import distributed
 from rankwise.training.checkpoint import load_checkpoint, save_checkpoint, trainable
 from rankwise.training.optimizers import OptimizerFactory, adamw, optimizer_label
+from rankwise.training.procedures import Procedure
 from rankwise.training.schedule import lr_at
 
 
@@ -132,6 +133,7 @@ def train(
     stop_after: int | None = None,
     find_unused_parameters: bool | None = None,
     run_config: Mapping[str, Any] | None = None,
+    procedure: Procedure | None = None,
 ) -> TrainResult:
     """Train the trainable parameters of `module` on `task`; returns losses and evaluations.
 
@@ -148,12 +150,19 @@ def train(
     sequence length, ... — JSON values by field name): the checkpoint records it with the training settings and the
     task's size, and a resume whose configuration differs in any field is refused, naming the field.
 
+    `procedure` (see `procedures`) hooks a method's changes into the loop: before each micro-batch, an extra loss
+    term, after each optimizer step, at the end. Its `describe()` is recorded like `run_config`.
+
     Under torchrun (or with torch.distributed initialised) the module is trained data-parallel: see the module
     docstring and `distributed`. `find_unused_parameters` goes to DistributedDataParallel; None (the default) sets it
     only when the first batch leaves a trainable parameter without a gradient on some rank (e.g. BERT's pooler under
     a classification head). Pass True for a module whose use of parameters changes from batch to batch.
     """
     config.validate()
+    procedure = procedure or Procedure()
+    if not procedure.resumable and config.checkpoint_every and out_dir is not None:
+        raise InvalidInputError(f"training procedure {procedure.name!r} keeps state a checkpoint cannot store: "
+                                "pass checkpoint_every=0 (no checkpoints, no resume)")
     if stop_after is not None and stop_after < 1:
         raise InvalidInputError(f"stop_after must be at least 1, got {stop_after}")
     distributed.init_distributed()
@@ -181,6 +190,8 @@ def train(
     if clash:
         raise InvalidInputError(f"run_config may not redefine the training settings {clash}: they are recorded from config and task")
     run.update(run_config or {})
+    if procedure.name != Procedure.name:
+        run.update(procedure.describe())
     run = json.loads(json.dumps(run, default=str))  # as trainer.json will hold it (tuples as lists), to compare alike
     result = TrainResult(steps=0, final={}, optimizer=opt, world_size=world)
     start_step = 0
@@ -217,8 +228,12 @@ def train(
             batch = task.batch(indices[share])
             # Gradients are all-reduced once per optimizer step, on the last micro-batch.
             sync = ddp.no_sync() if ddp is not None and micro < config.grad_accum - 1 else contextlib.nullcontext()
+            procedure.before_micro_batch(step, micro)
             with sync:
                 loss = task.loss(model, batch)
+                extra = procedure.extra_loss(module)
+                if extra is not None:
+                    loss = loss + extra
                 # Backward even through a non-finite loss: under DDP every rank must join the gradient all-reduce;
                 # the step is refused below, before the optimizer sees anything.
                 (loss / config.grad_accum).backward()
@@ -238,6 +253,7 @@ def train(
             _stop(f"the gradient norm became {norm} at step {step + 1}", ckpt, result)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        procedure.after_step(step, module, task, batch)
         result.history.append({"step": step + 1, "loss": total, "lr": lr, "grad_norm": norm, "tokens": tokens})
         bar.set_postfix(loss=f"{total:.4f}")
         done = step + 1
@@ -250,6 +266,8 @@ def train(
                 save_checkpoint(ckpt, module, opt, done, {"run": run, "history": result.history, "evals": result.evals})
             distributed.barrier()  # the other ranks wait until the checkpoint is complete on disk
     module.eval()
+    if end == config.steps:
+        procedure.end_of_training(module)
     for group, scale in zip(opt.param_groups, lr_scale):  # leave the optimizer at its peak learning rates
         group["lr"] = config.lr * scale
     result.steps = end

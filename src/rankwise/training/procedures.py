@@ -1,0 +1,79 @@
+"""Training procedures: what a method changes about *how* an adapter is trained, as hooks on the one training loop.
+
+An adapter type (`rankwise.adapters`) says what is trained; a procedure says how: LMAO adds a zeroth-order step on
+the base weights after every optimizer step, CAR-LoRA and CoA-LoRA swap the frozen base's compressed form before
+each micro-batch, PESO adds a proximal term to the loss. `train(..., procedure=p)` calls the hooks; a procedure that
+needs no hook leaves it as the no-op of `Procedure`. Procedures that cannot be expressed as hooks of one loop (a
+federated job, a sequence of continual stages) run their own driver and use `train` inside it.
+
+Order inside one optimizer step of `train`:
+
+    for micro in range(grad_accum):
+        procedure.before_micro_batch(step, micro)     # e.g. choose this micro-batch's compression operator
+        loss = task.loss(model, batch) + procedure.extra_loss(module)   # extra_loss None: nothing added
+        loss.backward()
+    clip, optimizer.step(), zero_grad
+    procedure.after_step(step, module, task, batch)   # e.g. LMAO's two-forward ZO step on the same (last) batch
+    procedure.end_of_training(module)                 # once, before the final evaluation (restore a base, ...)
+
+Determinism and resume: hooks must draw their randomness from (`seed`, `step`, `micro`) — not from a hidden
+generator — so that a resumed run repeats the uninterrupted one. A procedure holding state that a checkpoint
+cannot rebuild sets `resumable = False`; `train` then refuses `checkpoint_every` with it, up front.
+
+The table `PROCEDURES` maps the CLI's `rankwise finetune --procedure NAME` to a builder
+`(module, task, seed, **options) -> Procedure`; `--procedure-option KEY=VALUE` fills `options`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from rankwise.errors import UnknownNameError
+
+
+class Procedure:
+    """No-op hooks; a method overrides those it needs. `name` labels the run (recorded in checkpoints)."""
+
+    name: ClassVar[str] = "plain"
+    resumable: ClassVar[bool] = True
+
+    def before_micro_batch(self, step: int, micro: int) -> None:
+        """Called before the forward of micro-batch `micro` of optimizer step `step` (0-based)."""
+
+    def extra_loss(self, module: nn.Module) -> torch.Tensor | None:
+        """A term added to the task loss of every micro-batch (a scalar with a graph), or None."""
+        return None
+
+    def after_step(self, step: int, module: nn.Module, task: Any, batch: Mapping[str, torch.Tensor]) -> None:
+        """Called after optimizer step `step` with the last micro-batch of that step."""
+
+    def end_of_training(self, module: nn.Module) -> None:
+        """Called once after the last step, before the final evaluation."""
+
+    def describe(self) -> dict[str, Any]:
+        """JSON fields recorded in the run configuration (a resume with other values is refused)."""
+        return {"procedure": self.name}
+
+
+ProcedureBuilder = Callable[..., Procedure]
+
+# Filled by the method packages' procedure modules (rankwise.training.procedure_table imports them lazily), keyed by
+# the CLI name. Kept as a plain dict so that `rankwise finetune --help` lists the names without importing torch code.
+PROCEDURES: dict[str, ProcedureBuilder] = {}
+
+
+def register_procedure(name: str, builder: ProcedureBuilder) -> None:
+    PROCEDURES[name] = builder
+
+
+def build_procedure(name: str, module: nn.Module, task: Any, seed: int, **options: Any) -> Procedure:
+    """The procedure `name` for this module and task; options are the builder's keyword arguments."""
+    from rankwise.training import procedure_table  # noqa: F401  (registers the built-in procedures)
+
+    if name not in PROCEDURES:
+        raise UnknownNameError(f"unknown training procedure {name!r}; known: {sorted(PROCEDURES)}")
+    return PROCEDURES[name](module, task, seed, **options)
