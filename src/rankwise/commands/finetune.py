@@ -178,8 +178,11 @@ def run(args: argparse.Namespace) -> int:
                   "targets": args.targets, "targets_regex": args.targets_regex, "top_k_layers": args.top_k_layers,
                   "seq_len": args.seq_len, "train_examples": args.train_examples, "eval_examples": args.eval_examples,
                   **{f"option {k}": v for k, v in sorted(options.items())}}
-    result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer, run_config=run_config,
-                   procedure=procedure)
+    if procedure is not None and procedure.owns_loop:  # e.g. a federated job: the procedure drives the training
+        result = procedure.run(module, task, config, out, run_config)
+    else:
+        result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer,
+                       run_config=run_config, procedure=procedure)
     adapter_params = None if full else adapted.count_parameters().trainable
     what = "model" if full else f"{adapter_params:,} adapter parameters"
     if main:  # every rank holds the same trained weights; one writes them

@@ -4,7 +4,8 @@ An adapter type (`rankwise.adapters`) says what is trained; a procedure says how
 the base weights after every optimizer step, CAR-LoRA and CoA-LoRA swap the frozen base's compressed form before
 each micro-batch, PESO adds a proximal term to the loss. `train(..., procedure=p)` calls the hooks; a procedure that
 needs no hook leaves it as the no-op of `Procedure`. Procedures that cannot be expressed as hooks of one loop (a
-federated job, a sequence of continual stages) run their own driver and use `train` inside it.
+federated job) set `owns_loop = True` and implement `run(module, task, config, out_dir, run_config)`: the CLI then
+calls it instead of `train` (it must return a `TrainResult` and may call `train` inside).
 
 Order inside one optimizer step of `train`:
 
@@ -40,6 +41,11 @@ class Procedure:
 
     name: ClassVar[str] = "plain"
     resumable: ClassVar[bool] = True
+    owns_loop: ClassVar[bool] = False  # True: `run` replaces `train` (e.g. a federated job)
+
+    def run(self, module: nn.Module, task: Any, config: Any, out_dir: Any, run_config: Mapping[str, Any]) -> Any:
+        """Train `module` on `task` by the procedure's own driver -> TrainResult (only when owns_loop)."""
+        raise NotImplementedError(f"procedure {self.name!r} runs inside the training loop (owns_loop is False)")
 
     def before_micro_batch(self, step: int, micro: int) -> None:
         """Called before the forward of micro-batch `micro` of optimizer step `step` (0-based)."""
