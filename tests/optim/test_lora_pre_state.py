@@ -179,3 +179,19 @@ def test_a_state_saved_before_v_bias_correction_existed_resumes_with_adams_corre
         _step(resumed, resumed_opt, i)
     for p, q in zip(model.parameters(), resumed.parameters()):
         assert torch.equal(p, q)
+
+
+def test_a_state_loads_twice_into_the_same_optimizer():
+    """torch adds its own bookkeeping keys ('differentiable', ...) to `defaults` on the first load; the second load
+    of the same state was refused as 'not saved by LoRAPre'."""
+    from rankwise.optim import LoRAPre
+
+    w = torch.nn.Parameter(torch.randn(8, 6, generator=torch.Generator().manual_seed(0)))
+    opt = LoRAPre([w], rank=2, lr=1e-3)
+    w.grad = torch.ones(8, 6)
+    opt.step()
+    saved = opt.state_dict()
+    again = LoRAPre([w], rank=2, lr=1e-3)
+    again.load_state_dict(saved)
+    again.load_state_dict(saved)
+    assert torch.equal(again.state[w]["m_A"], opt.state[w]["m_A"])

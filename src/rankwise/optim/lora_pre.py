@@ -33,6 +33,9 @@ V_BIAS_CORRECTIONS = ("adam", "surrogate")
 FACTOR_KEYS = ("m_B", "m_A", "v_B", "v_A")
 DENSE_KEYS = ("exp_avg", "exp_avg_sq")
 
+# Keys torch.optim.Optimizer itself may add to `defaults` / param groups (not hyperparameters of this optimizer).
+TORCH_GROUP_KEYS = frozenset({"differentiable", "foreach", "fused", "capturable", "maximize"})
+
 
 class LoRAPre(torch.optim.Optimizer):
     """AdamW with rank-`rank` factored first and second moments for 2-D parameters.
@@ -316,7 +319,9 @@ class LoRAPre(torch.optim.Optimizer):
         for saved, group in zip(saved_groups, self.param_groups):
             # torch replaces each group's hyperparameters by the saved ones: a state saved by another optimizer
             # (LoRAPre vs LoRAPreMuon) would lack keys this one's step reads.
-            missing = sorted(k for k in self.defaults if k not in saved)
+            # (torch's own bookkeeping keys, which Optimizer.__setstate__ adds to `defaults` on the first load, are
+            # not ours to require: without this, loading a state twice was refused.)
+            missing = sorted(k for k in self.defaults if k not in saved and k not in TORCH_GROUP_KEYS)
             if missing:
                 raise InvalidInputError(
                     f"a saved parameter group lacks {missing}: the state was not saved by {type(self).__name__}; "
