@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rankwise.core import io
-from rankwise.core.io import MANIFEST_NAME, save_model_folder, save_tensors_atomic, write_json_atomic
+from rankwise.core.io import MANIFEST_NAME, save_model_folder, save_tensors_atomic, write_json_atomic, write_text_atomic
 from rankwise.errors import InvalidInputError
 
 
@@ -124,3 +124,21 @@ def test_temporaries_of_a_killed_writer_are_swept_not_those_of_a_live_one(tmp_pa
     other.write_text("keep")
     save_model_folder(tmp_path / "out", _weights)
     assert not stale.exists() and live.is_dir() and other.read_text() == "keep"
+
+
+def test_writes_are_fsynced_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    """A power loss after a write must not leave an empty file under the new name: data first, then the entry."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(b))), real_replace(a, b))[1])
+    write_text_atomic(tmp_path / "a.txt", "hello")
+    kinds = [e[0] for e in events]
+    assert kinds == ["fsync", "replace", "fsync"], events
+    assert events[0][1].endswith(".tmp") and events[2][1] == str(tmp_path)
+    events.clear()
+    save_model_folder(tmp_path / "m", lambda d: (d / "w.txt").write_text("x"))
+    synced = [e[1] for e in events if e[0] == "fsync"]
+    first_replace = next(i for i, e in enumerate(events) if e[0] == "replace" and e[1] == str(tmp_path / "m"))
+    assert any(p.endswith("w.txt") for p in synced[:first_replace]), events  # the folder's files before its rename
+    assert events[-1] == ("fsync", str(tmp_path))

@@ -10,6 +10,8 @@ and the folder is renamed into place (one atomic exchange on Linux). An existing
 is empty or a rankwise folder of the same kind whose every file the manifest lists, or when the caller passes
 `overwrite` (the user's `--overwrite`): a write never deletes what the program did not write unless told to. A
 file where a folder should go is always refused. Written files and folders follow the umask, as `open()` would.
+Durability: a file (or every file of a folder) is fsync'ed before it is renamed into place and the parent folder
+after, so that a power loss right after a write leaves the old or the new version, not an empty file of the new name.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         # After the writer: some (safetensors) recreate the file rather than write into the one mkstemp made.
         os.chmod(tmp_path, 0o666 & ~_umask())
+        _fsync(tmp_path)
         os.replace(tmp_path, path)
+        _fsync(path.parent)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -81,6 +85,7 @@ def atomic_dir(path: str | os.PathLike, kind: str | None = None, overwrite: bool
         os.chmod(tmp, 0o777 & ~_umask())  # a folder follows the umask like mkdir's, not mkdtemp's 0700
         yield tmp
         check_output_folder(path, kind, overwrite)
+        _fsync_tree(tmp)
         if path.exists() and path.is_dir() and any(path.iterdir()):
             if not _exchange(tmp, path):
                 # No atomic exchange here (not Linux, or a file system without it): park the old folder under a
@@ -93,9 +98,28 @@ def atomic_dir(path: str | os.PathLike, kind: str | None = None, overwrite: bool
             if path.is_dir():
                 path.rmdir()  # an empty folder (the check above saw nothing in it)
             os.replace(tmp, path)
+        _fsync(path.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)  # a failed write, or the old folder after the exchange
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's (or a folder's entries') data to the disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file and folder under `folder`, deepest first, then `folder` itself."""
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                _fsync(Path(root) / name)
+        _fsync(Path(root))
 
 
 def check_output_folder(path: str | os.PathLike, kind: str | None = None, overwrite: bool = False) -> None:
