@@ -105,6 +105,9 @@ def test_choices_mirror_their_sources():
     from rankwise.training.procedures import PROCEDURES
 
     assert choices.PROCEDURES == tuple(sorted(PROCEDURES))
+    from rankwise.training.schedule import DECAYS
+
+    assert choices.DECAYS == DECAYS
     assert set(choices.UNCHECKPOINTABLE_OPTIMIZERS) <= set(OPTIMIZERS)
 
 

@@ -53,6 +53,19 @@ def test_lr_schedule_warmup_then_cosine():
     assert math.isclose(lrs[-1], 0.1)
 
 
+def test_linear_decay_is_a_straight_line_to_the_floor_and_constant_stays_at_peak():
+    lrs = [lr_at(s, 14, 2.0, 4, 0.0, decay="linear") for s in range(14)]
+    assert lrs[:4] == [0.5, 1.0, 1.5, 2.0]
+    # after warmup: 2.0 at step 4 down to 0.0 at the last step, equal steps of 2.0 / 9
+    assert all(math.isclose(a - b, 2.0 / 9) for a, b in zip(lrs[4:], lrs[5:]))
+    assert lrs[-1] == 0.0
+    assert [lr_at(s, 14, 2.0, 4, decay="constant") for s in range(4, 14)] == [2.0] * 10
+    with pytest.raises(InvalidInputError, match="decay"):
+        lr_at(5, 14, 2.0, 4, decay="step")
+    with pytest.raises(InvalidInputError, match="decay"):
+        TrainConfig(decay="exponential").validate()
+
+
 def test_batches_are_epoch_permutations_and_deterministic():
     seen = torch.cat([batch_indices(k, 5, 20, seed=3) for k in range(4)])
     assert sorted(seen.tolist()) == list(range(20))  # one epoch: every example exactly once

@@ -21,3 +21,5 @@ OPTIMIZERS = ("adamw", "galore", "lora-pre")
 UNCHECKPOINTABLE_OPTIMIZERS = ("galore",)
 # rankwise.training.procedures: PROCEDURES (filled by rankwise.training.procedure_table)
 PROCEDURES = ()
+# rankwise.training.schedule: DECAYS
+DECAYS = ("cosine", "linear", "constant")

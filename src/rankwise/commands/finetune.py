@@ -21,7 +21,7 @@ import argparse
 import ast
 from pathlib import Path
 
-from rankwise.commands.choices import ADAPTER_METHODS, OPTIMIZERS, PROCEDURES, UNCHECKPOINTABLE_OPTIMIZERS
+from rankwise.commands.choices import ADAPTER_METHODS, DECAYS, OPTIMIZERS, PROCEDURES, UNCHECKPOINTABLE_OPTIMIZERS
 from rankwise.commands.common import (check_output, checkpoint_note, fraction, nonnegative_float, nonnegative_int,
                                       positive_float, positive_int, require_model)
 from rankwise.models import folders
@@ -57,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, default=16, help="examples per micro-batch (the global batch under torchrun)")
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches accumulated per optimizer step")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="peak learning rate")
+    p.add_argument("--decay", default="cosine", choices=DECAYS,
+                   help="learning-rate decay after warmup: cosine, linear (to zero) or constant")
     p.add_argument("--weight-decay", type=nonnegative_float, default=0.0, help="decoupled weight decay")
     p.add_argument("--warmup-ratio", type=fraction, default=0.1, help="fraction of the steps spent warming up the learning rate")
     p.add_argument("--seq-len", type=positive_int, default=64, help="tokens per example (LM window / classification truncation)")
@@ -171,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             procedure = build_procedure(args.procedure, module, task, args.seed, **procedure_options)
     config = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
-        warmup_ratio=args.warmup_ratio, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
+        warmup_ratio=args.warmup_ratio, decay=args.decay, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
     )
     # Everything the model and data were built from: resuming a checkpoint written with other values is refused.
     run_config = {"model": str(args.model), "method": args.method, "rank": args.rank, "optimizer_rank": args.optimizer_rank,

@@ -33,7 +33,7 @@ from rankwise.training import distributed
 from rankwise.training.checkpoint import load_checkpoint, save_checkpoint, trainable
 from rankwise.training.optimizers import OptimizerFactory, adamw, optimizer_label
 from rankwise.training.procedures import Procedure
-from rankwise.training.schedule import lr_at
+from rankwise.training.schedule import DECAYS, lr_at
 
 
 class Task(Protocol):
@@ -57,7 +57,8 @@ class TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 0.0
     warmup_ratio: float = 0.1  # fraction of steps with linear warmup
-    min_lr_ratio: float = 0.0  # cosine floor, as a fraction of lr
+    min_lr_ratio: float = 0.0  # the decay's floor, as a fraction of lr
+    decay: str = "cosine"  # after warmup: "cosine", "linear" (to the floor) or "constant" (schedule.DECAYS)
     max_grad_norm: float | None = 1.0  # None: no clipping
     eval_every: int = 0  # 0: evaluate only at the end
     checkpoint_every: int = 0  # 0: no checkpoints
@@ -69,6 +70,8 @@ class TrainConfig:
                 raise InvalidInputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise InvalidInputError(f"lr must be a positive number, got {self.lr}")
+        if self.decay not in DECAYS:
+            raise InvalidInputError(f"decay must be one of {list(DECAYS)}, got {self.decay!r}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise InvalidInputError("eval_every and checkpoint_every must be >= 0 (0 disables them)")
 
@@ -183,6 +186,8 @@ def train(
     lr_scale = [group["lr"] / config.lr for group in opt.param_groups]
     ckpt = Path(out_dir) / "checkpoint" if out_dir is not None else None
     run = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("eval_every", "checkpoint_every")}
+    if run["decay"] == "cosine":
+        del run["decay"]  # the default, recorded only when another: checkpoints written before it existed still resume
     run["task"] = task.name
     run["num_train"] = task.num_train  # another data selection is another run
     run["optimizer"] = optimizer_label(factory)  # resuming with another optimizer is refused
@@ -218,7 +223,7 @@ def train(
     steps = range(start_step, end)
     bar = progress(steps, desc=f"train {task.name}", total=config.steps, initial=start_step) if distributed.is_main_process() else _NoBar(steps)
     for step in bar:
-        lr = lr_at(step, config.steps, config.lr, config.warmup_steps, config.min_lr_ratio)
+        lr = lr_at(step, config.steps, config.lr, config.warmup_steps, config.min_lr_ratio, config.decay)
         for group, scale in zip(opt.param_groups, lr_scale):
             group["lr"] = lr * scale
         # [sum of micro-batch losses / grad_accum, tokens, non-finite losses]: reduced over ranks in one call
