@@ -74,3 +74,17 @@ def test_finetune_optimizer_bad_input(tmp_path, capsys):
     assert "needs a rank" in capsys.readouterr().err
     assert main([*ARGS, "--method", "lora", "--optimizer", "lora-pre", "--optimizer-rank", "2", "--out", str(tmp_path / "c")]) == 2
     assert "full fine-tuning" in capsys.readouterr().err
+
+
+@pytest.mark.real_model
+def test_a_folder_with_a_users_files_is_refused_and_a_run_folder_resumes(tmp_path):
+    """--out DIR holding someone's metrics.json: refused before any work, the file untouched."""
+    theirs = tmp_path / "mine"
+    theirs.mkdir()
+    (theirs / "metrics.json").write_text("my own numbers")
+    assert main([*ARGS, "--method", "lora", "--out", str(theirs)]) == 2
+    assert (theirs / "metrics.json").read_text() == "my own numbers"
+    run = tmp_path / "run"
+    assert main([*ARGS, "--method", "lora", "--out", str(run)]) == 0
+    assert (run / "rankwise-run.json").is_file()
+    assert main([*ARGS, "--method", "lora", "--out", str(run)]) == 0  # its own run folder: accepted

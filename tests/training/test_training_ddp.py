@@ -228,4 +228,4 @@ def test_finetune_command_under_torchrun(tmp_path):
     # fp32 here: the first loss differs only by reassociation; later ones by fp32-rounded updates (rel 1e-4 is ~1e3 u)
     assert [h["loss"] for h in two["history"]] == pytest.approx([h["loss"] for h in one["history"]], rel=1e-4)
     verify_manifest(tmp_path / "two" / "adapter")
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["adapter", "checkpoint", "metrics.json"]  # no leftovers
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["adapter", "checkpoint", "metrics.json", "rankwise-run.json"]  # no leftovers

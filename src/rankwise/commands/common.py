@@ -166,3 +166,28 @@ def checkpoint_note(folder: Path, how_to_resume: str) -> str:
         step = None
     at = f" at step {step}" if step is not None else ""
     return f"The last complete checkpoint{at} is in {folder}: {how_to_resume}."
+
+
+RUN_MARKER = "rankwise-run.json"  # written first into a training run's --out folder: "this folder is a rankwise run"
+
+
+def check_run_folder(path: str | os.PathLike, command: str, flag: str = "--out") -> None:
+    """A training command writes several entries (metrics.json, checkpoint/, adapter/, ...) into its --out folder
+    and resumes from it: refuse a folder that already holds something and is not one of its own runs (no marker),
+    so that a user's files there (their own metrics.json) are never overwritten. Call after `check_output`."""
+    folder = Path(path).expanduser()
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / RUN_MARKER).is_file():
+        raise InvalidInputError(
+            f"{flag} {path} already holds files that no `rankwise {command}` run wrote (no {RUN_MARKER}); it writes "
+            "metrics.json, checkpoint/ and its outputs there: name a new or empty folder"
+        )
+
+
+def mark_run_folder(path: str | os.PathLike, command: str) -> None:
+    """Create the run folder and its marker (before the first checkpoint or output is written)."""
+    from rankwise.core.io import write_json_atomic
+
+    folder = Path(path).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / RUN_MARKER).is_file():
+        write_json_atomic(folder / RUN_MARKER, {"rankwise_run": command})

@@ -22,8 +22,8 @@ import ast
 from pathlib import Path
 
 from rankwise.commands.choices import ADAPTER_METHODS, DECAYS, OPTIMIZERS, PROCEDURES, UNCHECKPOINTABLE_OPTIMIZERS
-from rankwise.commands.common import (check_output, checkpoint_note, fraction, nonnegative_float, nonnegative_int,
-                                      positive_float, positive_int, require_model)
+from rankwise.commands.common import (check_output, check_run_folder, checkpoint_note, fraction, mark_run_folder,
+                                      nonnegative_float, nonnegative_int, positive_float, positive_int, require_model)
 from rankwise.models import folders
 
 TASKS = ("wiki-topics", "wiki-lm")
@@ -94,6 +94,7 @@ def check_arguments(args: argparse.Namespace) -> dict:
         )
     require_model(args.model, "finetune", ACCEPTS, causal=args.task == "wiki-lm")
     check_output(args.out)
+    check_run_folder(args.out, "finetune")
     options = parse_options(args.option)
     if args.procedure_option and not args.procedure:
         raise InvalidInputError("--procedure-option needs --procedure")
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     full = args.method == FULL
     make_optimizer = optimizer_factory(args.optimizer, args.optimizer_rank)
     out = Path(args.out)
+    mark_run_folder(out, "finetune")
     owns_group = not distributed.is_initialized()
     distributed.init_distributed()  # under torchrun: join the group (train() would too), so rank 0 can go first
     main = distributed.is_main_process()

@@ -131,8 +131,8 @@ def identify(name_or_path: str | Path) -> FolderInfo:
         step = trainer.get("step") if isinstance(trainer, dict) else None
         return FolderInfo(CHECKPOINT, key, f"training checkpoint at step {step}", {"run": (trainer or {}).get("run", {})},
                           ("resumed by rerunning the command that wrote it (same settings, same --out)",))
-    if (path / "metrics.json").is_file() or (path / "adapter").is_dir() or (path / "model").is_dir():
-        return _identify_run(path, key)
+    if any((path / name).exists() for name in ("rankwise-run.json", "metrics.json", "adapter", "model")):
+        return _identify_run(path, key)  # rankwise-run.json: commands.common.RUN_MARKER (a run not finished yet)
     raise InvalidInputError(
         f"{key} is not a model folder: it has no config.json (a transformers model), adapter_config.json (an adapter) "
         "or metrics.json (a finetune run)"
