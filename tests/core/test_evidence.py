@@ -344,3 +344,14 @@ def test_corrupt_previous_report_restarts_history_with_a_note(tmp_path):
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["history"] == [] and "previous report.json unreadable: history restarted" in data["notes"]
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_claim_over_evaluation_units_says_so_instead_of_seeds():
+    from rankwise.core.evidence import PairedClaim
+    from rankwise.core.report import Report
+
+    report = Report("unit-test", "units", "smoke", 0)
+    report.declare(PairedClaim("per-window", "per-window NLL difference", ">", 0.0, unit="windows"))
+    report.measure_paired("per-window", [1.0, 2.0, 3.0, 4.0], [0.0, 0.5, 1.0, 1.5])
+    assert report.get_claim("per-window").to_dict()["unit"] == "windows"
+    assert "n=4 windows" in report.to_markdown() and "seeds" not in report.to_markdown().split("per-window NLL")[1].split("\n")[0]

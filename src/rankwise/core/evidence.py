@@ -231,6 +231,9 @@ class Claim(_ClaimBase):
 class _StochasticClaim(_ClaimBase):
     n_min: int = 3
     n_resamples: int = DEFAULT_RESAMPLES
+    # What one value is: a seed (a random training run) by default; "windows", "items", "repetitions" where the
+    # values are per evaluation unit of one run — the report then says so instead of calling them seeds.
+    unit: str = "seeds"
     samples: tuple[float, ...] | None = field(default=None, init=False)
     interval: Interval | None = field(default=None, init=False)
 
@@ -275,13 +278,13 @@ class _StochasticClaim(_ClaimBase):
             # A seed whose run diverged is a result, not noise to drop: the claim fails and says where.
             return Verdict.FAIL, f"non-finite value at seed index {bad}"
         if len(self.samples) < self.n_min:
-            return Verdict.INCONCLUSIVE, f"too few seeds (n={len(self.samples)} < n_min={self.n_min})"
+            return Verdict.INCONCLUSIVE, f"too few {self.unit} (n={len(self.samples)} < n_min={self.n_min})"
         assert self.interval is not None
         return interval_verdict(self.interval.low, self.interval.high, self.op, self.threshold), None
 
     def to_dict(self) -> dict[str, Any]:
         iv = self.interval
-        return {**self._base_dict(), "n": None if self.samples is None else len(self.samples),
+        return {**self._base_dict(), "n": None if self.samples is None else len(self.samples), "unit": self.unit,
                 "low": iv.low if iv else None, "high": iv.high if iv else None,
                 "samples": None if self.samples is None else list(self.samples),
                 "n_min": self.n_min, "confidence": CONFIDENCE, "n_resamples": self.n_resamples,

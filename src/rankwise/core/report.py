@@ -85,7 +85,7 @@ def _measured_cell(c: AnyClaim) -> str:
     if isinstance(c, Claim):
         return "n/a" if c.measured is None else _fmt(c.measured)
     assert c.samples is not None
-    n = f"n={len(c.samples)} seeds"
+    n = f"n={len(c.samples)} {c.unit}"
     if c.interval is None:
         return f"{_fmt(c.measured)} ({n})"
     return f"{_fmt(c.interval.mean)} [{_fmt(c.interval.low)}, {_fmt(c.interval.high)}] ({n})"

@@ -166,10 +166,10 @@ def declare_claims(report: Report, plan: Settings) -> None:
     # C: MiniLM embeddings
     d(PairedClaim("minilm-embedding-anomaly", f"MiniLM embeddings at {SUBNORMAL}, UE4M3 without global scale: "
                   "per-sentence (1 - cos) at block 8 minus at block 16 (> 0: finer is worse) " + RESTATED,
-                  ">", 0.0, P))
+                  ">", 0.0, P, unit="sentences"))
     d(PairedClaim("minilm-embedding-no-anomaly-ue5m3", f"MiniLM embeddings at {SUBNORMAL}, UE5M3 without global "
                   f"scale: per-sentence (1 - cos) at block 8 minus at block 16 (< 0: finer is better) {POST_HOC}",
-                  "<", 0.0, P))
+                  "<", 0.0, P, unit="sentences"))
     d(Claim("ue5m3-near-ue4m3-s-embeddings", f"MiniLM embeddings at {SUBNORMAL}, block 8: (1 - cos) of UE5M3 without "
             "a global scale / that of UE4M3 with one (small margin: <= 1.10) [point restated in issue 16, declared "
             "before this run; it was alpha = 0.03]", "<=", 1.10, P))
@@ -182,15 +182,15 @@ def declare_claims(report: Report, plan: Settings) -> None:
             "with UE4M3 and a global scale (small margin: <= 1.02)", "<=", 1.02, P))
     d(PairedClaim("smollm2-subnormal-ue4m3-vs-ue5m3", f"SmolLM2 at {SUBNORMAL}, block {k}: per-window NLL of UE4M3 "
                   f"minus UE5M3, both without a global scale (> log {PPL_MARGIN_SUBNORMAL}: UE4M3's perplexity is more "
-                  f"than {PPL_MARGIN_SUBNORMAL}x UE5M3's) {POST_HOC}", ">", math.log(PPL_MARGIN_SUBNORMAL), P))
+                  f"than {PPL_MARGIN_SUBNORMAL}x UE5M3's) {POST_HOC}", ">", math.log(PPL_MARGIN_SUBNORMAL), P, unit="windows"))
     d(PairedClaim("smollm2-subnormal-anomaly-ue4m3", f"SmolLM2 at {SUBNORMAL}, UE4M3 without global scale: "
-                  f"per-window NLL at block {k} minus at block {2 * k} (> 0: finer is worse) {POST_HOC}", ">", 0.0, P))
+                  f"per-window NLL at block {k} minus at block {2 * k} (> 0: finer is worse) {POST_HOC}", ">", 0.0, P, unit="windows"))
     d(PairedClaim("smollm2-subnormal-no-anomaly-ue5m3", f"SmolLM2 at {SUBNORMAL}, UE5M3 without global scale: "
-                  f"per-window NLL at block {k} minus at block {2 * k} (< 0: finer is better) {POST_HOC}", "<", 0.0, P))
+                  f"per-window NLL at block {k} minus at block {2 * k} (< 0: finer is better) {POST_HOC}", "<", 0.0, P, unit="windows"))
     d(PairedClaim("smollm2-saturate-ue4m3-vs-ue5m3", "SmolLM2 at the saturate point (median block scale "
                   f"2^{REGIME_TARGETS_LOG2['saturate']:g}), block {k}: per-window NLL of UE4M3 minus UE5M3, no global "
                   f"scale (> log {PPL_MARGIN_SATURATE}: UE4M3's perplexity is more than {PPL_MARGIN_SATURATE}x) "
-                  f"{POST_HOC}", ">", math.log(PPL_MARGIN_SATURATE), P))
+                  f"{POST_HOC}", ">", math.log(PPL_MARGIN_SATURATE), P, unit="windows"))
     d(Claim("smollm2-flush-lost", f"set-up: SmolLM2 at the flush point, block {k}: UE4M3 perplexity / fp32 "
             f"perplexity (every block flushed: the model is lost) {POST_HOC}", ">=", 10.0, S))
 # ---- A: synthetic -------------------------------------------------------------------------------------------------
