@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         module = task.wrap(adapted)
         procedure = None
         if args.procedure:
-            from rankwise.training.procedures import build_procedure
+            from rankwise.training.procedure_table import build_procedure
 
             procedure_options = parse_options(args.procedure_option, "--procedure-option")
             procedure = build_procedure(args.procedure, module, task, args.seed, **procedure_options)

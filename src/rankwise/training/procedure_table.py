@@ -1,12 +1,25 @@
-"""The built-in training procedures, registered under their CLI names (`rankwise finetune --procedure NAME`).
+"""The built-in training procedures, registered under their CLI names (`rankwise finetune --procedure NAME`), and
+`build_procedure`, which the CLI calls.
 
 Each method registers one line here: `register_procedure("lmao", lmao_procedure)`, its builder living beside the
-method's code. Imported lazily by `procedures.build_procedure`.
+method's code. (Here rather than in `procedures`, which every procedure module imports: no import cycle.)
 """
 
 from __future__ import annotations
 
-from rankwise.training.procedures import register_procedure  # noqa: F401  (used by the lines below)
+from typing import Any
+
+from torch import nn
+
+from rankwise.errors import UnknownNameError
+from rankwise.training.procedures import PROCEDURES, Procedure, register_procedure
+
+
+def build_procedure(name: str, module: nn.Module, task: Any, seed: int, **options: Any) -> Procedure:
+    """The procedure `name` for this module and task; options are the builder's keyword arguments."""
+    if name not in PROCEDURES:
+        raise UnknownNameError(f"unknown training procedure {name!r}; known: {sorted(PROCEDURES)}")
+    return PROCEDURES[name](module, task, seed, **options)
 
 from rankwise.training.peso import peso_procedure  # noqa: E402
 

@@ -33,7 +33,6 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from rankwise.errors import UnknownNameError
 
 
 class Procedure:
@@ -60,6 +59,14 @@ class Procedure:
     def end_of_training(self, module: nn.Module) -> None:
         """Called once after the last step, before the final evaluation."""
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Tensors a checkpoint must hold for an exact resume beyond the trainable parameters (e.g. LMAO's base
+        weights, which its zeroth-order phase changes); saved under `procedure/<key>`."""
+        return {}
+
+    def load_state_tensors(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """On resume: restore what `state_tensors` returned when the checkpoint was written."""
+
     def describe(self) -> dict[str, Any]:
         """JSON fields recorded in the run configuration (a resume with other values is refused)."""
         return {"procedure": self.name}
@@ -67,19 +74,10 @@ class Procedure:
 
 ProcedureBuilder = Callable[..., Procedure]
 
-# Filled by the method packages' procedure modules (rankwise.training.procedure_table imports them lazily), keyed by
-# the CLI name. Kept as a plain dict so that `rankwise finetune --help` lists the names without importing torch code.
+# Filled by rankwise.training.procedure_table (which imports the method procedures; `build_procedure` lives there so
+# that this module, which they all import, imports none of them), keyed by the CLI name.
 PROCEDURES: dict[str, ProcedureBuilder] = {}
 
 
 def register_procedure(name: str, builder: ProcedureBuilder) -> None:
     PROCEDURES[name] = builder
-
-
-def build_procedure(name: str, module: nn.Module, task: Any, seed: int, **options: Any) -> Procedure:
-    """The procedure `name` for this module and task; options are the builder's keyword arguments."""
-    from rankwise.training import procedure_table  # noqa: F401  (registers the built-in procedures)
-
-    if name not in PROCEDURES:
-        raise UnknownNameError(f"unknown training procedure {name!r}; known: {sorted(PROCEDURES)}")
-    return PROCEDURES[name](module, task, seed, **options)
