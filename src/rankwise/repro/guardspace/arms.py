@@ -33,8 +33,13 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 LORA, GUARD, UNRELATED, RANDOM, PROJ_ONLY, SAFE = (
     "LoRA", "GuardSpace", "GuardSpace, unrelated-theme P", "GuardSpace, random P", "projector only (LoRA init)",
     "Safe-LoRA-like (LoRA + post-hoc P)")
+# GuardSpace at a tighter null threshold: at the default 1e-4 the protected inputs keep 0.2-0.4 % of their energy
+# inside the "null" space, and overwrite data trained through P finds it (the first full run; see the method page).
+TIGHT = "GuardSpace, null_threshold 1e-6"
+TIGHT_THRESHOLD = 1e-6
+GUARD_ARMS = (GUARD, TIGHT, UNRELATED, RANDOM)  # trained through a GuardPool (TIGHT through its own)
 # The projector-only ablation (PROJ_ONLY) is kept as a config but not run by the `full` budget (see the method page).
-TRAINED_ARMS = (LORA, GUARD, UNRELATED, RANDOM)
+TRAINED_ARMS = (LORA, GUARD, TIGHT, UNRELATED, RANDOM)
 
 
 def arm_config(arm: str, r: int, layers: list[int]) -> LoraConfig | GuardSpaceConfig:
@@ -44,6 +49,8 @@ def arm_config(arm: str, r: int, layers: list[int]) -> LoraConfig | GuardSpaceCo
         return LoraConfig(**common)
     if arm == PROJ_ONLY:
         return GuardSpaceConfig(init="lora", **common)
+    if arm == TIGHT:
+        return GuardSpaceConfig(null_threshold=TIGHT_THRESHOLD, **common)
     return GuardSpaceConfig(**common)  # GuardSpace and the two controls (their P is swapped after init)
 
 
@@ -148,11 +155,10 @@ class GuardPool:
     restoring the initial A, B and setting the arm's null basis Q gives exactly a freshly built adapter, without
     redoing the per-module eigendecompositions and SVDs for each of the many runs."""
 
-    NAME = "guard"
-
-    def __init__(self, adapted: AdaptedModel, rank: int, layers: list[int], statistics: dict[str, SecondMoment]) -> None:
-        self.adapted = adapted
-        adapted.add_adapter(self.NAME, arm_config(GUARD, rank, layers), statistics=statistics)
+    def __init__(self, adapted: AdaptedModel, rank: int, layers: list[int], statistics: dict[str, SecondMoment],
+                 arm: str = GUARD) -> None:
+        self.adapted, self.NAME = adapted, "guard" if arm == GUARD else "guard_tight"
+        adapted.add_adapter(self.NAME, arm_config(arm, rank, layers), statistics=statistics)
         self.initial = {n: {k: v.detach().clone() for k, v in a.state_dict().items()}
                         for n, a in adapted.adapters_of(self.NAME).items()}
         adapted.set_adapter([])
@@ -174,19 +180,21 @@ class GuardPool:
 
 
 def train_arm(adapted: AdaptedModel, arm: str, lr: float, seed: int, *, rank: int, layers: list[int],
-              pool: GuardPool, controls: Callable[[str, int], dict[str, torch.Tensor]],
+              pools: dict[str, GuardPool], controls: Callable[[str, int], dict[str, torch.Tensor]],
               task: CachedTask, evaluation: Evaluation, steps: int, batch: int,
               safe_bases: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
     """Train one arm at (lr, seed) and score it: {arm: scores} (LoRA also yields the Safe-LoRA-like scores).
 
-    `controls(arm, seed)` gives the replacement null bases of a control arm. Scores of a diverged run are NaN.
+    `pools[GUARD]` serves GuardSpace and the controls, `pools[TIGHT]` the tighter threshold; `controls(arm, seed)`
+    gives the replacement null bases of a control arm. Scores of a diverged run are NaN.
     """
     set_seed(seed)
-    lora = arm not in (GUARD, UNRELATED, RANDOM)
+    lora = arm not in GUARD_ARMS
     if lora:
         adapted.add_adapter("run", arm_config(arm, rank, layers))
         adapters = adapted.adapters_of("run")
     else:
+        pool = pools[TIGHT] if arm == TIGHT else pools[GUARD]
         adapters = pool.activate(controls(arm, seed) if arm in (UNRELATED, RANDOM) else None)
     try:
         trainable = adapted.count_parameters().trainable

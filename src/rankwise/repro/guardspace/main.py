@@ -30,7 +30,7 @@ from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.repro.guardspace.arms import (
-    GUARD, LORA, RANDOM, SAFE, TARGETS, TRAINED_ARMS, UNRELATED, CachedTask, Evaluation, GuardPool, arm_config,
+    GUARD, LORA, RANDOM, SAFE, TARGETS, TIGHT, TRAINED_ARMS, UNRELATED, CachedTask, Evaluation, GuardPool, arm_config,
     protected_bases, random_bases, train_arm, unrelated_bases,
 )
 from rankwise.repro.guardspace.data import (
@@ -66,20 +66,26 @@ SIZES = BySize(
     smoke=Settings(top_layers=1, rank=4, protected=2, heldout=1, unrelated=2, train=8, val=4, eval=6, overwrite=1,
                    words=6, new_tokens=3, steps=2, batch=4, lr_grid=(1e-3, 3e-3), seeds=2),
     full=Settings(top_layers=6, rank=8, protected=16, heldout=24, unrelated=16, train=240, val=80, eval=240,
-                  overwrite=24, words=20, new_tokens=12, steps=80, batch=4, lr_grid=(5e-4, 2e-3, 8e-3), seeds=3),
+                  overwrite=24, words=20, new_tokens=12, steps=80, batch=4, lr_grid=(2e-3, 8e-3, 3.2e-2), seeds=3),
 )
 
 
 def _declare(report: Report) -> None:
     """Every claim, before any measurement. Drift comparisons are on log10 KL (orders of magnitude)."""
-    inv, paper, sanity = ClaimKind.INVARIANT, ClaimKind.PAPER, ClaimKind.SANITY
-    # Hold by construction (P annihilates the protected inputs up to the null threshold): checks, not evidence.
-    report.declare(Claim("guardspace_preserves_protected", "GuardSpace: worst seed's mean KL(base||tuned) on the "
-                         "protected answers (P annihilates their inputs up to null_threshold)", "<=", 1e-3, kind=inv))
-    report.declare(Claim("guardspace_keeps_answers", "GuardSpace: worst seed's fraction of protected prompts whose "
-                         "greedy answer is unchanged", ">=", 0.9, kind=inv))
-    report.declare(Claim("lora_drifts", "protected prompts, worst seed: log10 KL(LoRA) - log10 KL(GuardSpace) "
-                         "(GuardSpace's drift is ~0 by construction)", ">=", 1.0, kind=inv))
+    paper, sanity = ClaimKind.PAPER, ClaimKind.SANITY
+    # First declared as invariants ("P annihilates the protected inputs up to null_threshold"); the first full run
+    # showed they are not: the overwrite data, trained through P, uses the protected inputs' residual energy in the
+    # null space (0.2-0.4 % at 1e-4). Re-declared as paper claims (the report's history keeps the change), and the
+    # same three for the tighter threshold (post hoc: added after that run).
+    post_hoc = "[post hoc: added after the first full run]"
+    for arm, key, extra in ((GUARD, "guardspace", ""), (TIGHT, "tight", f" {post_hoc}")):
+        report.declare(Claim(f"{key}_preserves_protected", f"{arm}: worst seed's mean KL(base||tuned) on the "
+                             f"protected answers{extra}", "<=", 1e-3, kind=paper))
+        report.declare(Claim(f"{key}_keeps_answers", f"{arm}: worst seed's fraction of protected prompts whose "
+                             f"greedy answer is unchanged{extra}", ">=", 0.9, kind=paper))
+        report.declare(Claim("lora_drifts" if arm == GUARD else "lora_drifts_vs_tight", f"protected prompts, worst "
+                             f"seed: log10 KL(LoRA) - log10 KL({arm}) (>= 10x less drift){extra}", ">=", 1.0,
+                             kind=paper))
     report.declare(Claim("controls_same_rank", "control projectors: modules whose null dimension differs from "
                          "GuardSpace's (the controls change only the subspace)", "<=", 0, kind=sanity))
     report.declare(Claim("prefix_exact", "frozen-prefix logits vs the full forward, max relative error", "<=", 1e-5,
@@ -103,6 +109,10 @@ def _declare(report: Report) -> None:
                                "than the post-hoc projection)", ">", 0.0, kind=paper))
     report.declare(PairedClaim("heldout_drift_vs_safe_lora", "held-out prompts: log10 KL(Safe-LoRA-like) - log10 "
                                "KL(GuardSpace) (less drift than the post-hoc projection)", ">", 0.0, kind=paper))
+    report.declare(PairedClaim("tight_heldout_drift_vs_lora", f"held-out prompts of the theme: log10 KL(LoRA) - "
+                               f"log10 KL({TIGHT}) (>= 10x less drift) {post_hoc}", ">", 1.0, kind=paper))
+    report.declare(PairedClaim("tight_task_noninferior_vs_lora", f"task accuracy, {TIGHT} - LoRA (non-inferiority "
+                               f"margin 5 points) {post_hoc}", ">=", -0.05, kind=paper))
 
 
 def _log_kl(v: float) -> float:
@@ -161,9 +171,9 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
         return other_bases if arm == UNRELATED else random_bases(dims, in_features, 1000 + run_seed)
 
     adapted = AdaptedModel(model)
-    pool = GuardPool(adapted, s.rank, layers, statistics)
+    pools = {GUARD: GuardPool(adapted, s.rank, layers, statistics), TIGHT: GuardPool(adapted, s.rank, layers, statistics, TIGHT)}
     task = CachedTask(runner, train_h, train_seqs)
-    common = dict(rank=s.rank, layers=layers, pool=pool, controls=controls, task=task,
+    common = dict(rank=s.rank, layers=layers, pools=pools, controls=controls, task=task,
                   evaluation=evaluation, steps=s.steps, batch=s.batch, safe_bases=guard_bases)
     seeds = [seed + i for i in range(s.seeds)]
 
@@ -224,9 +234,12 @@ def _measure(report: Report, runs: dict[str, list[dict]]) -> None:
     col = lambda arm, key: [r[key] for r in runs[arm]]  # noqa: E731
     logs = lambda arm, key: [_log_kl(v) for v in col(arm, key)]  # noqa: E731
     g = GUARD
-    report.get_claim("guardspace_preserves_protected").measure(max(col(g, "protected_KL")))
-    report.get_claim("guardspace_keeps_answers").measure(min(col(g, "protected_exact")))
-    report.get_claim("lora_drifts").measure(min(a - b for a, b in zip(logs(LORA, "protected_KL"), logs(g, "protected_KL"))))
+    for arm, key, drift in ((GUARD, "guardspace", "lora_drifts"), (TIGHT, "tight", "lora_drifts_vs_tight")):
+        report.get_claim(f"{key}_preserves_protected").measure(max(col(arm, "protected_KL")))
+        report.get_claim(f"{key}_keeps_answers").measure(min(col(arm, "protected_exact")))
+        report.get_claim(drift).measure(min(a - b for a, b in zip(logs(LORA, "protected_KL"), logs(arm, "protected_KL"))))
+    report.measure_paired("tight_heldout_drift_vs_lora", logs(LORA, "heldout_KL"), logs(TIGHT, "heldout_KL"))
+    report.measure_paired("tight_task_noninferior_vs_lora", col(TIGHT, "accuracy"), col(LORA, "accuracy"))
     report.measure("attack_works", col(LORA, "protected_exact"))
     report.measure_paired("heldout_drift_vs_lora", logs(LORA, "heldout_KL"), logs(g, "heldout_KL"))
     report.measure_paired("protected_drift_vs_unrelated", logs(UNRELATED, "protected_KL"), logs(g, "protected_KL"))
