@@ -20,6 +20,6 @@ ADAPTER_METHODS = ("guardspace", "lora", "pica", "svft")
 OPTIMIZERS = ("adamw", "galore", "lora-pre")
 UNCHECKPOINTABLE_OPTIMIZERS = ("galore",)
 # rankwise.training.procedures: PROCEDURES (filled by rankwise.training.procedure_table)
-PROCEDURES = ("peso",)
+PROCEDURES = ("car-lora", "peso")
 # rankwise.training.schedule: DECAYS
 DECAYS = ("cosine", "linear", "constant")

@@ -24,3 +24,7 @@ def build_procedure(name: str, module: nn.Module, task: Any, seed: int, **option
 from rankwise.training.peso import peso_procedure  # noqa: E402
 
 register_procedure("peso", peso_procedure)
+
+from rankwise.training.car_lora import car_lora_procedure  # noqa: E402
+
+register_procedure("car-lora", car_lora_procedure)

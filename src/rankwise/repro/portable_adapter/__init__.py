@@ -1,0 +1,1 @@
+"""Reproduction of CAR-LoRA (card portable-adapter.md): `main.run(size, seed)`."""
