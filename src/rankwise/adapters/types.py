@@ -7,6 +7,7 @@ A new method adds its `Adapter` subclass here; its `method` attribute (and its c
 from __future__ import annotations
 
 from rankwise.adapters.base import Adapter
+from rankwise.adapters.coa_lora import CoaLoraAdapter
 from rankwise.adapters.guardspace import GuardSpaceAdapter
 from rankwise.adapters.lora import LoraAdapter
 from rankwise.adapters.pica import PicaAdapter
@@ -18,6 +19,7 @@ ADAPTER_TYPES: dict[str, type[Adapter]] = {
     "pica": PicaAdapter,
     "guardspace": GuardSpaceAdapter,
     "svft": SvftAdapter,
+    "coa-lora": CoaLoraAdapter,
 }
 
 

@@ -15,11 +15,11 @@ MLA_CALIB_SEQ_LEN = 32
 # rankwise.compress.mla_deploy.rope: SELECTIONS
 ROPE_SELECTIONS = ("contribution", "high", "sensitivity", "uniform")
 # rankwise.adapters.types: ADAPTER_TYPES
-ADAPTER_METHODS = ("guardspace", "lora", "pica", "svft")
+ADAPTER_METHODS = ("coa-lora", "guardspace", "lora", "pica", "svft")
 # rankwise.training.optimizers: OPTIMIZERS, and those that cannot be checkpointed (a projector object in their state)
 OPTIMIZERS = ("adamw", "galore", "lora-pre")
 UNCHECKPOINTABLE_OPTIMIZERS = ("galore",)
 # rankwise.training.procedures: PROCEDURES (filled by rankwise.training.procedure_table)
-PROCEDURES = ("car-lora", "peso")
+PROCEDURES = ("car-lora", "coa-lora", "lmao", "peso")
 # rankwise.training.schedule: DECAYS
 DECAYS = ("cosine", "linear", "constant")

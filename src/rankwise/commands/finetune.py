@@ -6,7 +6,8 @@ or a low-rank-state optimizer (`--optimizer lora-pre --optimizer-rank 8`), and w
                    for a classification task the head is in it too (PEFT modules_to_save), and both peft and
                    rankwise load it onto rankwise.training.SequenceClassifier(base, num_labels)
   model/           instead of adapter/ with --method full: the fine-tuned model and its tokenizer (transformers
-                   save_pretrained; rankwise.models.load_model(DIR/model) reloads both)
+                   save_pretrained; rankwise.models.load_model(DIR/model) reloads both); beside adapter/ with
+                   --procedure lmao, which trains the base weights too: the updated base, the adapter's base model
   head.safetensors with --method full on a classification task: the classification head
   metrics.json     parameter counts, final evaluation, loss history
   checkpoint/      the last training checkpoint; rerunning the same command resumes from it
@@ -189,18 +190,26 @@ def run(args: argparse.Namespace) -> int:
                        run_config=run_config, procedure=procedure)
     adapter_params = None if full else adapted.count_parameters().trainable
     what = "model" if full else f"{adapter_params:,} adapter parameters"
+    # A procedure that trains the base weights too (LMAO) writes them as DIR/model, the adapter's base.
+    changes_base = bool(getattr(procedure, "changes_base", False))
+    base_name = str(out / "model") if changes_base else args.model
     if main:  # every rank holds the same trained weights; one writes them
-        if full:
+        if full or changes_base:
+            from rankwise.training.lmao import base_model_copy
+
+            saved = adapted if full else base_model_copy(adapted)
 
             def write_model(tmp: Path) -> None:  # model + tokenizer: load_model(DIR/model) reloads it
-                adapted.save_pretrained(tmp)
+                saved.save_pretrained(tmp)
                 tokenizer.save_pretrained(tmp)
 
             save_model_folder(out / "model", write_model)
+        if full:
+            pass  # no adapter: the model folder is the result
         elif module is not adapted:  # a classifier: the head is saved in the adapter, the PEFT way (modules_to_save)
-            adapted.save(out / "adapter", base_model_name_or_path=args.model, prefix="model.", modules_to_save={"head": module.head})
+            adapted.save(out / "adapter", base_model_name_or_path=base_name, prefix="model.", modules_to_save={"head": module.head})
         else:
-            adapted.save(out / "adapter", base_model_name_or_path=args.model)
+            adapted.save(out / "adapter", base_model_name_or_path=base_name)
         if full and module is not adapted:
             save_tensors_atomic(out / "head.safetensors", {k: v for k, v in module.head.state_dict().items()})
         trainable_total = sum(p.numel() for p in module.parameters() if p.requires_grad)

@@ -28,7 +28,9 @@ def trainable(module: nn.Module) -> dict[str, nn.Parameter]:
     return {n: p for n, p in module.named_parameters() if p.requires_grad}
 
 
-def save_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, step: int, meta: dict[str, Any]) -> None:
+def save_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, step: int, meta: dict[str, Any],
+                    extra: dict[str, torch.Tensor] | None = None) -> None:
+    """`extra`: a training procedure's own tensors (`Procedure.state_tensors`), stored as `procedure/<key>`."""
     params = trainable(module)
     index = _param_index(optimizer)
     tensors: dict[str, torch.Tensor] = {f"param/{n}": p.detach() for n, p in params.items()}
@@ -46,6 +48,7 @@ def save_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
                     "cannot store as tensors; train without checkpoints (checkpoint_every=0) or with another optimizer"
                 )
     tensors["rng/torch"] = torch.get_rng_state()
+    tensors.update({f"procedure/{k}": v.detach() for k, v in (extra or {}).items()})
     hyper = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
 
     def write(tmp: Path) -> None:
@@ -55,8 +58,10 @@ def save_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
     save_model_folder(folder, write, kind=KIND)
 
 
-def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, expected_run: dict[str, Any]) -> dict[str, Any]:
-    """Restore parameters, optimizer state and RNG from `folder`; return its trainer.json fields.
+def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Optimizer, expected_run: dict[str, Any],
+                    extra: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+    """Restore parameters, optimizer state and RNG from `folder`; return its trainer.json fields. A dict passed as
+    `extra` receives the procedure tensors saved with it (keys without the `procedure/` prefix).
 
     Raises CorruptFileError for a damaged checkpoint and InvalidInputError when it belongs to a different run
     (other parameters, or other settings that would change the result).
@@ -94,6 +99,8 @@ def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
     except (ValueError, KeyError, RuntimeError) as e:
         raise CorruptFileError(f"the optimizer state in {folder} cannot be restored ({e})") from e
     torch.set_rng_state(tensors["rng/torch"])
+    if extra is not None:
+        extra.update({k[len("procedure/") :]: v.clone() for k, v in tensors.items() if k.startswith("procedure/")})
     return meta
 
 

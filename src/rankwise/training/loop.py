@@ -201,7 +201,9 @@ def train(
     result = TrainResult(steps=0, final={}, optimizer=opt, world_size=world)
     start_step = 0
     if ckpt is not None and resume and (ckpt / "trainer.json").is_file():
-        meta = load_checkpoint(ckpt, module, opt, run)
+        saved_state: dict[str, torch.Tensor] = {}
+        meta = load_checkpoint(ckpt, module, opt, run, extra=saved_state)
+        procedure.load_state_tensors(saved_state)
         start_step = int(meta["step"])
         result.history, result.evals, result.resumed_from = list(meta.get("history", [])), list(meta.get("evals", [])), start_step
         say(f"resuming {task.name} from the checkpoint at step {start_step} in {ckpt}")
@@ -268,7 +270,8 @@ def train(
         periodic = bool(config.checkpoint_every) and done % config.checkpoint_every == 0
         if ckpt is not None and (periodic or done == end < config.steps):
             if distributed.is_main_process():
-                save_checkpoint(ckpt, module, opt, done, {"run": run, "history": result.history, "evals": result.evals})
+                save_checkpoint(ckpt, module, opt, done, {"run": run, "history": result.history, "evals": result.evals},
+                                extra=procedure.state_tensors())
             distributed.barrier()  # the other ranks wait until the checkpoint is complete on disk
     module.eval()
     if end == config.steps:

@@ -28,3 +28,11 @@ register_procedure("peso", peso_procedure)
 from rankwise.training.car_lora import car_lora_procedure  # noqa: E402
 
 register_procedure("car-lora", car_lora_procedure)
+
+from rankwise.training.lmao import lmao_procedure  # noqa: E402
+
+register_procedure("lmao", lmao_procedure)
+
+from rankwise.training.coa_lora import coa_lora_procedure  # noqa: E402
+
+register_procedure("coa-lora", coa_lora_procedure)

@@ -1,0 +1,1 @@
+"""Reproduction of LMAO (three forwards, one backward): MiniLM few-shot topic classification."""
