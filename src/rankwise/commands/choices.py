@@ -20,6 +20,6 @@ ADAPTER_METHODS = ("coa-lora", "guardspace", "lora", "pica", "svft")
 OPTIMIZERS = ("adamw", "galore", "lora-pre")
 UNCHECKPOINTABLE_OPTIMIZERS = ("galore",)
 # rankwise.training.procedures: PROCEDURES (filled by rankwise.training.procedure_table)
-PROCEDURES = ("car-lora", "coa-lora", "lmao", "peso")
+PROCEDURES = ("car-lora", "coa-lora", "la-lora", "lmao", "peso")
 # rankwise.training.schedule: DECAYS
 DECAYS = ("cosine", "linear", "constant")

@@ -21,6 +21,11 @@ def build_procedure(name: str, module: nn.Module, task: Any, seed: int, **option
         raise UnknownNameError(f"unknown training procedure {name!r}; known: {sorted(PROCEDURES)}")
     return PROCEDURES[name](module, task, seed, **options)
 
+
+from rankwise.training.lmao import lmao_procedure  # noqa: E402
+
+register_procedure("lmao", lmao_procedure)
+
 from rankwise.training.peso import peso_procedure  # noqa: E402
 
 register_procedure("peso", peso_procedure)
@@ -29,10 +34,10 @@ from rankwise.training.car_lora import car_lora_procedure  # noqa: E402
 
 register_procedure("car-lora", car_lora_procedure)
 
-from rankwise.training.lmao import lmao_procedure  # noqa: E402
-
-register_procedure("lmao", lmao_procedure)
-
 from rankwise.training.coa_lora import coa_lora_procedure  # noqa: E402
 
 register_procedure("coa-lora", coa_lora_procedure)
+
+from rankwise.training.la_lora_procedure import la_lora_procedure  # noqa: E402
+
+register_procedure("la-lora", la_lora_procedure)

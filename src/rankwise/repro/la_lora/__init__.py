@@ -1,0 +1,1 @@
+"""Reproduction of LA-LoRA (DP federated LoRA): main.py."""
