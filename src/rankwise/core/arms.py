@@ -144,3 +144,35 @@ def budgets_matched(arms: Sequence[Arm], keys: Sequence[str], rel_tol: float = 0
         lo, hi = min(values), max(values)
         out[key] = (hi - lo) <= rel_tol * max(abs(lo), abs(hi))
     return out
+
+
+# Half-decade steps (1, 3, 10, 30, ...): where a flagged grid is extended by default.
+HALF_DECADES = tuple(m * 10.0 ** k for k in range(-12, 3) for m in (1.0, 3.0))
+
+
+def half_decade_neighbour(value: float, up: bool) -> float:
+    """The half-decade step next to `value` (the nearest step's neighbour above or below; clamped at the ends)."""
+    if not (value > 0 and math.isfinite(value)):
+        raise InvalidInputError(f"a grid extended by half-decades needs positive values, got {value!r}")
+    i = min(range(len(HALF_DECADES)), key=lambda k: abs(math.log(HALF_DECADES[k] / value)))
+    return HALF_DECADES[min(i + 1, len(HALF_DECADES) - 1)] if up else HALF_DECADES[max(i - 1, 0)]
+
+
+def select_with_extension(grid: Sequence[float], score: Callable[[float], float], higher_is_better: bool,
+                          param: str = "", max_extend: int = 1,
+                          neighbour: Callable[[float, bool], float] = half_decade_neighbour) -> Selection:
+    """The protocol's "extend a flagged grid": score every grid value; while the choice sits on an edge, score the
+    value beyond that edge (`neighbour(edge_value, up)`), at most `max_extend` times. Returns the selection over
+    every value scored (still flagged if the last extension left the choice on an edge)."""
+    scores = {v: score(v) for v in grid}
+    for _ in range(max_extend):
+        values = sorted(scores)
+        sel = select_from_scores(values, [scores[v] for v in values], higher_is_better, param)
+        if sel.edge is None:
+            break
+        new = neighbour(values[0], False) if sel.edge == "low" else neighbour(values[-1], True)
+        if new in scores:
+            break
+        scores[new] = score(new)
+    values = sorted(scores)
+    return select_from_scores(values, [scores[v] for v in values], higher_is_better, param)

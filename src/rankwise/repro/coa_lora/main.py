@@ -20,7 +20,6 @@ Claims (declared before anything is measured), paired over seeds:
 
 from __future__ import annotations
 
-import math
 import os
 import statistics as stats
 import time
@@ -32,7 +31,7 @@ import torch
 from rankwise.adapters import LoraConfig
 from rankwise.adapters.coa_lora import CoaLoraConfig
 from rankwise.algorithms.config_search import hypervolume_2d
-from rankwise.core.arms import select_from_scores
+from rankwise.core.arms import select_with_extension
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim, SampleClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
@@ -48,7 +47,6 @@ SPACE = {"bits": (2, 3, 4, 8), "scale_bits": (4, 8), "scale_dtypes": ("fp32",), 
 COA, NO_SEARCH, SHARED, PER_CONFIG = "CoA-LoRA", "CoA-LoRA w/o search", "Shared-LoRA", "per-config LoRA"
 ARMS = (COA, NO_SEARCH, SHARED, PER_CONFIG)
 DATA_SEED = 4321
-LADDER = tuple(m * 10.0 ** k for k in range(-5, 0) for m in (1.0, 3.0))
 
 
 @dataclass(frozen=True)
@@ -164,26 +162,6 @@ def _fit(ctx: Context, arm: str, lr: float, seed: int, task: CachedTopicTask, co
     return Fit(accs, wall, set(proc.drawn) | set(proc.search.training_set if arm == COA else ()), params)
 
 
-def _neighbour(lr: float, up: bool) -> float:
-    i = min(range(len(LADDER)), key=lambda k: abs(math.log(LADDER[k] / lr)))
-    return LADDER[min(i + 1, len(LADDER) - 1)] if up else LADDER[max(i - 1, 0)]
-
-
-def _tune(grid, score, max_extend: int):
-    scores = {lr: score(lr) for lr in grid}
-    for _ in range(max_extend):
-        lrs = sorted(scores)
-        sel = select_from_scores(lrs, [scores[g] for g in lrs], True, "lr")
-        if sel.edge is None:
-            break
-        new = _neighbour(lrs[0], up=False) if sel.edge == "low" else _neighbour(lrs[-1], up=True)
-        if new in scores:
-            break
-        scores[new] = score(new)
-    lrs = sorted(scores)
-    return select_from_scores(lrs, [scores[g] for g in lrs], True, "lr")
-
-
 @torch.no_grad()
 def _u_zero_gap(ctx: Context, task: CachedTopicTask, config) -> float:
     """CoA-LoRA with the network's last layer zeroed vs a plain LoRA with the same A, B, on `config`'s base."""
@@ -234,7 +212,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
             grid_table.add(arm=arm, lr=lr, **{"validation accuracy": acc})
             return acc
 
-        sel = _tune(s.grid, score, s.max_extend)
+        sel = select_with_extension(s.grid, score, True, "lr", s.max_extend)
         chosen[arm] = sel.chosen
         params = sum(p.numel() for n, p in build_classifier(base, _adapter_config(arm, s.rank), s.top, num_labels, seed)
                      .named_parameters() if p.requires_grad and not n.startswith("head."))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from rankwise.adapters.la_lora import ARMS, LocalDPConfig
-from rankwise.core.arms import Selection, select_from_scores
+from rankwise.core.arms import Selection, select_with_extension
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
@@ -151,7 +151,8 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     tests: dict[tuple[str, float], list[float]] = {}
     for eps in s.epsilons:
         for arm in ARMS:
-            sel = _tune(lambda lr: fit(arm, eps, lr, seeds[0])["val"], s.lr_grid, s.max_extend)
+            sel = select_with_extension(s.lr_grid, lambda lr: fit(arm, eps, lr, seeds[0])["val"], True, "lr", s.max_extend,
+                                        neighbour=_doubling)
             chosen[(arm, eps)] = sel
             tests[(arm, eps)] = [100 * fit(arm, eps, sel.chosen, sd)["test"] for sd in seeds]
             first = fit(arm, eps, sel.chosen, seeds[0])
@@ -173,18 +174,9 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     return report.finish()
 
 
-def _tune(score, grid: tuple[float, ...], max_extend: int) -> Selection:
-    """Validation accuracy over the grid; an edge choice adds the next factor-of-2 point on that side (<= max_extend)."""
-    scores = {lr: score(lr) for lr in grid}
-    for _ in range(max_extend):
-        lrs = sorted(scores)
-        sel = select_from_scores(lrs, [scores[g] for g in lrs], True, "lr")
-        if sel.edge is None:
-            break
-        new = lrs[0] / 2 if sel.edge == "low" else lrs[-1] * 2
-        scores[new] = score(new)
-    lrs = sorted(scores)
-    return select_from_scores(lrs, [scores[g] for g in lrs], True, "lr")
+def _doubling(lr: float, up: bool) -> float:
+    """The grid's own spacing (factors of 2) for an extension beyond an edge."""
+    return lr * 2 if up else lr / 2
 
 
 def _tables(report: Report, s: Settings, chosen, tests, runs, seeds, parts, labels: torch.Tensor) -> None:

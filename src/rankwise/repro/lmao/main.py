@@ -23,10 +23,9 @@ from __future__ import annotations
 import math
 import os
 import statistics as stats
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from rankwise.core.arms import Selection, select_from_scores
+from rankwise.core.arms import select_with_extension, half_decade_neighbour
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim, SampleClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
@@ -61,7 +60,6 @@ SIZES = BySize(
 )
 MEZO_MARGIN = 5.0  # points: what ">>" means here, declared before the run
 FT_MARGIN = -2.0
-LADDER = tuple(m * 10.0 ** e for e in range(-8, 1) for m in (1.0, 3.0))
 
 
 def _declare(report: Report, s: Settings) -> None:
@@ -82,27 +80,6 @@ def _declare(report: Report, s: Settings) -> None:
 def _score(f: Fit) -> float:
     """Validation accuracy; its loss breaks ties (accuracy moves in steps of 1/n). NaN: diverged."""
     return f.accuracy - 1e-6 * f.eval_loss if math.isfinite(f.accuracy) else float("nan")
-
-
-def _neighbour(v: float, up: bool) -> float:
-    i = min(range(len(LADDER)), key=lambda k: abs(math.log(LADDER[k] / v)))
-    return LADDER[min(i + 1, len(LADDER) - 1)] if up else LADDER[max(i - 1, 0)]
-
-
-def tune(grid: tuple[float, ...], score: Callable[[float], float], max_extend: int, param: str) -> Selection:
-    """Score every grid value; a choice on an edge adds the next half-decade beyond it (at most max_extend times)."""
-    scores = {v: score(v) for v in grid}
-    for _ in range(max_extend):
-        vs = sorted(scores)
-        sel = select_from_scores(vs, [scores[v] for v in vs], True, param)
-        if sel.edge is None:
-            break
-        new = _neighbour(vs[0], up=False) if sel.edge == "low" else _neighbour(vs[-1], up=True)
-        if new in scores:
-            break
-        scores[new] = score(new)
-    vs = sorted(scores)
-    return select_from_scores(vs, [scores[v] for v in vs], True, param)
 
 
 def run(size: str = "smoke", seed: int = 0) -> Report:
@@ -133,14 +110,14 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     chosen: dict[str, tuple[float, float]] = {}
     budget = {"steps": sh.steps, "batch": sh.batch, "examples_seen": sh.steps * sh.batch}
     for arm in (LORA, MEZO, FULL_FT):
-        sel = tune(s.grid(arm), lambda lr, arm=arm: validate(arm, lr), s.max_extend, "lr")
+        sel = select_with_extension(s.grid(arm), lambda lr, arm=arm: validate(arm, lr), True, "lr", s.max_extend)
         chosen[arm] = (sel.chosen, 0.0)
         report.record_arm(arm, sel, budget=budget)
     lora_lr = chosen[LORA][0]
-    sel_w = tune(s.grid(LMAO), lambda w: validate(LMAO, lora_lr, w), s.max_extend, "eta_W")
+    sel_w = select_with_extension(s.grid(LMAO), lambda w: validate(LMAO, lora_lr, w), True, "eta_W", s.max_extend)
     report.record_arm(LMAO, sel_w, budget=budget)
-    ba_grid = (_neighbour(lora_lr, up=False), lora_lr, _neighbour(lora_lr, up=True))  # half-decades around LoRA's
-    sel_ba = tune(ba_grid, lambda lr: validate(LMAO, lr, sel_w.chosen), s.max_extend, "eta_BA")
+    ba_grid = (half_decade_neighbour(lora_lr, up=False), lora_lr, half_decade_neighbour(lora_lr, up=True))  # half-decades around LoRA's
+    sel_ba = select_with_extension(ba_grid, lambda lr: validate(LMAO, lr, sel_w.chosen), True, "eta_BA", s.max_extend)
     report.record_arm(f"{LMAO} (eta_BA at eta_W={sel_w.chosen:g})", sel_ba, budget=budget)
     chosen[LMAO] = (sel_ba.chosen, sel_w.chosen)
     report.check_budgets_matched(["steps", "batch", "examples_seen"])

@@ -28,7 +28,6 @@ import math
 import os
 import re
 import statistics as stats
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +35,7 @@ from torch import nn
 
 from rankwise.adapters import LoraConfig, PicaConfig, add_adapter
 from rankwise.adapters.svft import SvftConfig
-from rankwise.core.arms import Selection, select_from_scores
+from rankwise.core.arms import select_with_extension
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim, SampleClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
@@ -86,7 +85,6 @@ SIZES = BySize(
     smoke=Settings(train=32, val=16, test=16, max_length=12, epochs=1, batch=16, seeds=1, premise_seeds=1,
                    grids=tuple((a, g[:2]) for a, g in FULL_GRIDS), max_extend=0, ranks=(2, 4)),
 )
-LADDER = tuple(m * 10.0 ** k for k in range(-7, 1) for m in (1.0, 3.0))  # half-decade steps for grid extensions
 
 
 def _declare_claims(report: Report, pica_rank: int) -> None:
@@ -180,27 +178,6 @@ def _fit(base: nn.Module, arm: str, lr: float, task: ClassificationTask, s: Sett
     return Fit(res.final["accuracy"], params, res.wall_s, before, after)
 
 
-def _neighbour(lr: float, up: bool) -> float:
-    i = min(range(len(LADDER)), key=lambda k: abs(math.log(LADDER[k] / lr)))
-    return LADDER[min(i + 1, len(LADDER) - 1)] if up else LADDER[max(i - 1, 0)]
-
-
-def tune(grid: tuple[float, ...], score: Callable[[float], float], max_extend: int) -> Selection:
-    """Validation accuracy at every grid point; a choice on an edge adds the next half-decade there (<= max_extend)."""
-    scores = {lr: score(lr) for lr in grid}
-    for _ in range(max_extend):
-        lrs = sorted(scores)
-        sel = select_from_scores(lrs, [scores[g] for g in lrs], True, "lr")
-        if sel.edge is None:
-            break
-        new = _neighbour(lrs[0], up=False) if sel.edge == "low" else _neighbour(lrs[-1], up=True)
-        if new in scores:
-            break
-        scores[new] = score(new)
-    lrs = sorted(scores)
-    return select_from_scores(lrs, [scores[g] for g in lrs], True, "lr")
-
-
 def run(size: str = "smoke", seed: int = 0) -> Report:
     s = SIZES[size]
     report = Report("pica", "PiCa vs LoRA and SVFT, each arm tuned on validation, equal adapter budget", size, seed)
@@ -221,7 +198,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
             grid_table.add(arm=arm, lr=lr, **{"validation accuracy": acc})
             return acc
 
-        sel = tune(s.grid(arm), score, s.max_extend)
+        sel = select_with_extension(s.grid(arm), score, True, "lr", s.max_extend)
         chosen[arm] = sel.chosen
         params = {"LoRA": lora_params, "PiSSA": lora_params, "PiCa": pica_params}.get(arm)
         if params is None:
