@@ -14,7 +14,8 @@ from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_bert
 from rankwise.optim.zeroth_order import SPSA, numerical_rank, step_seed
 from rankwise.training import SequenceClassifier, TrainConfig, train
-from rankwise.training.lmao import LmaoProcedure, base_model_copy, lmao_procedure
+from rankwise.adapters.model import base_model_copy
+from rankwise.training.lmao import LmaoProcedure, lmao_procedure
 from rankwise.training.loop import batch_indices
 from rankwise.training.procedure_table import build_procedure
 

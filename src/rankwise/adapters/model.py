@@ -13,6 +13,7 @@ Attribute access falls through to the wrapped model (`.config`, `.generate`, ...
 
 from __future__ import annotations
 
+import copy as _copy
 import re
 import warnings
 from collections.abc import Iterator, Mapping
@@ -367,3 +368,18 @@ def _fill(adapted: AdaptedModel, adapter_name: str, state: dict[str, torch.Tenso
     with torch.no_grad():
         for key, target in expected.items():
             target.copy_(state[key].to(target.dtype))
+
+
+@torch.no_grad()
+def base_model_copy(adapted: nn.Module) -> nn.Module:
+    """A copy of the model an AdaptedModel wraps, with every adapted linear replaced by its base layer (as
+    trained, e.g. by LMAO's zeroth-order steps, or quantized, e.g. by CoA-LoRA)
+    and no adapter: what `save_pretrained` writes as the new base model."""
+    inner = _copy.deepcopy(getattr(adapted, "model", adapted))
+    for name, m in list(inner.named_modules()):
+        if isinstance(m, AdaptedLinear):
+            if m.merged:
+                raise InvalidInputError(f"{name} has merged adapters: unmerge before exporting the base model")
+            parent, _, child = name.rpartition(".")
+            setattr(inner.get_submodule(parent) if parent else inner, child, m.base_layer)
+    return inner

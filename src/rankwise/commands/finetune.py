@@ -191,11 +191,11 @@ def run(args: argparse.Namespace) -> int:
     adapter_params = None if full else adapted.count_parameters().trainable
     what = "model" if full else f"{adapter_params:,} adapter parameters"
     # A procedure that trains the base weights too (LMAO) writes them as DIR/model, the adapter's base.
-    changes_base = bool(getattr(procedure, "changes_base", False))
+    changes_base = procedure is not None and procedure.changes_base
     base_name = str(out / "model") if changes_base else args.model
     if main:  # every rank holds the same trained weights; one writes them
         if full or changes_base:
-            from rankwise.training.lmao import base_model_copy
+            from rankwise.adapters.model import base_model_copy
 
             saved = adapted if full else base_model_copy(adapted)
 

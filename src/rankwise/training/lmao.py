@@ -10,21 +10,20 @@ and `after_step` is the zeroth-order phase on the frozen base weights W (2 forwa
 
 The ZO noise of step t is a pure function of (seed, t) (`zeroth_order.step_seed`). W changes, so a checkpoint holds
 W too (`state_tensors`), and a resumed run repeats the uninterrupted one bit for bit. Because the base weights
-change, `rankwise finetune` also writes the updated base model (`changes_base`; `base_model_copy`).
+change, `rankwise finetune` also writes the updated base model (`changes_base`; `adapters.model.base_model_copy`).
 With gradient accumulation the ZO phase uses the last micro-batch of the step (the reference code refuses
 accumulation).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from rankwise.adapters import AdaptedLinear, layer_index
+from rankwise.adapters import layer_index
 from rankwise.errors import InvalidInputError
 from rankwise.optim.lmao import LmaoConfig, select_base_tensors
 from rankwise.optim.zeroth_order import SPSA, ZOStep, step_seed
@@ -101,17 +100,3 @@ def lmao_procedure(module: nn.Module, task: Any, seed: int, **options: Any) -> L
             raise InvalidInputError(f"procedure lmao option {k} must be a number, got {v!r}")
     config = LmaoConfig(**{k: (float(v) if k in numeric else v) for k, v in options.items()})
     return LmaoProcedure(module, config, seed)
-
-
-@torch.no_grad()
-def base_model_copy(adapted: nn.Module) -> nn.Module:
-    """A copy of the model an AdaptedModel wraps, with every adapted linear replaced by its (LMAO-updated) base layer
-    and no adapter: what `save_pretrained` writes as the new base model."""
-    inner = copy.deepcopy(getattr(adapted, "model", adapted))
-    for name, m in list(inner.named_modules()):
-        if isinstance(m, AdaptedLinear):
-            if m.merged:
-                raise InvalidInputError(f"{name} has merged adapters: unmerge before exporting the base model")
-            parent, _, child = name.rpartition(".")
-            setattr(inner.get_submodule(parent) if parent else inner, child, m.base_layer)
-    return inner

@@ -41,6 +41,9 @@ class Procedure:
     name: ClassVar[str] = "plain"
     resumable: ClassVar[bool] = True
     owns_loop: ClassVar[bool] = False  # True: `run` replaces `train` (e.g. a federated job)
+    # True: the frozen base is not the model the run started from (LMAO trains it, CoA-LoRA quantizes it): the CLI
+    # writes it as DIR/model (`adapters.model.base_model_copy`) and points the adapter at it.
+    changes_base: ClassVar[bool] = False
 
     def run(self, module: nn.Module, task: Any, config: Any, out_dir: Any, run_config: Mapping[str, Any]) -> Any:
         """Train `module` on `task` by the procedure's own driver -> TrainResult (only when owns_loop)."""
