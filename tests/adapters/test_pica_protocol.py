@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rankwise.errors import InvalidInputError
-from rankwise.repro.pica.main import tune
+from rankwise.core.arms import select_with_extension
 from rankwise.repro.pica.spectrum import update_energy
 
 pytestmark = pytest.mark.method("pica")
@@ -63,6 +63,6 @@ def test_grid_is_extended_toward_an_edge_choice(best, max_extend, expected_grid,
         calls.append(lr)
         return -abs(math.log10(lr) - best)
 
-    sel = tune((1e-3, 3e-3, 1e-2), score, max_extend)
+    sel = select_with_extension((1e-3, 3e-3, 1e-2), score, True, "lr", max_extend)
     assert sel.grid == pytest.approx(expected_grid) and len(calls) == len(expected_grid)
     assert sel.edge == edge
