@@ -30,3 +30,25 @@ def logits_tol(model: torch.nn.Module, reference_logits: torch.Tensor) -> float:
     config = model.config
     dtype = reference_logits.dtype
     return network_tol(dtype, max_abs(reference_logits), config.num_hidden_layers, config.hidden_size)
+
+
+def _config_of(model: torch.nn.Module):
+    """The transformers config of `model` or of the model it wraps (a classifier, a PEFT or rankwise wrapper)."""
+    seen = model
+    for _ in range(6):
+        config = getattr(seen, "config", None)
+        if config is not None and hasattr(config, "num_hidden_layers"):
+            return config
+        inner = next((getattr(seen, a) for a in ("model", "base", "base_model", "encoder_model") if isinstance(getattr(seen, a, None), torch.nn.Module)), None)
+        if inner is None:
+            break
+        seen = inner
+    raise AssertionError(f"no transformers config found in {type(model).__name__}: pass depth and width")
+
+
+def assert_rounding_close(actual: torch.Tensor, expected: torch.Tensor, model: torch.nn.Module) -> None:
+    """`actual` equals `expected` up to the rounding of two evaluations of `model` that differ only in operation
+    order (ours vs peft's adapter arithmetic): `network_tol` from its depth, width and the outputs' magnitude."""
+    config = _config_of(model)
+    tol = network_tol(expected.dtype, max_abs(expected), config.num_hidden_layers, config.hidden_size)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=tol)

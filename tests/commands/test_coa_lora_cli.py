@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from rankwise.cli import main
+from rounding import assert_rounding_close
 
 pytestmark = pytest.mark.method("coa-lora")
 ARGS = ["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "coa-lora", "--rank", "4", "--top-k-layers", "1",
@@ -28,7 +29,6 @@ def test_finetune_writes_a_reloadable_deployed_configuration(tmp_path):
     theirs = peft.PeftModel.from_pretrained(SequenceClassifier(base, 12), out / "adapter")
     ours = load_adapter(SequenceClassifier(load_model(out / "model")[0], 12), out / "adapter")
     enc = tok(["The Eiffel tower is in Paris.", "Photosynthesis in plants"], padding=True, return_tensors="pt")
-    torch.testing.assert_close(theirs(enc["input_ids"], enc["attention_mask"]), ours(enc["input_ids"], enc["attention_mask"]),
-                               rtol=0, atol=1e-5)
+    assert_rounding_close(theirs(enc["input_ids"], enc["attention_mask"]), ours(enc["input_ids"], enc["attention_mask"]), ours)
     assert main([*ARGS, "--procedure-option", "bits=2,5", "--out", str(tmp_path / "bad")]) == 2
     assert main([*ARGS, "--checkpoint-every", "5", "--out", str(tmp_path / "ckpt")]) == 2  # not resumable
