@@ -15,26 +15,10 @@ from torch.nn import functional as F
 
 from rankwise.adapters import add_adapter
 from rankwise.adapters.config import AdapterConfig
-from rankwise.models.minilm import mean_pool
+from rankwise.training.encoder_top import EncoderTopClassifier
 
 
-class TopClassifier(nn.Module):
-    """Encoder layers on cached inputs h [B, T, D] (mask [B, T]) -> mean pool -> linear head [B, C].
-
-    Holds the adapted model's shared parameters (CoA-LoRA's network) so the optimizer sees them."""
-
-    def __init__(self, layers: list[nn.Module], shared: nn.Module, hidden: int, num_labels: int) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(layers)
-        self.shared = shared
-        self.head = nn.Linear(hidden, num_labels)
-
-    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        additive = (1.0 - mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min  # BERT's extended mask
-        for layer in self.layers:
-            out = layer(h, attention_mask=additive)
-            h = out[0] if isinstance(out, tuple) else out
-        return self.head(mean_pool(h, mask))
+TopClassifier = EncoderTopClassifier  # holds the adapted model's shared parameters (CoA-LoRA's network) as `shared`
 
 
 def build_classifier(base: nn.Module, config: AdapterConfig, top: int, num_labels: int, seed: int) -> TopClassifier:
@@ -46,7 +30,7 @@ def build_classifier(base: nn.Module, config: AdapterConfig, top: int, num_label
     adapted = add_adapter(model, config)
     with torch.random.fork_rng():
         torch.manual_seed(seed + 7919)  # the same head initialisation in every arm at this seed
-        clf = TopClassifier(list(model.encoder.layer[n - top :]), adapted.shared, model.config.hidden_size, num_labels)
+        clf = TopClassifier(list(model.encoder.layer[n - top :]), model.config.hidden_size, num_labels, adapted.shared)
     clf.adapted = [adapted]  # kept (unregistered) for saving; a list so nn.Module does not register it
     return clf
 

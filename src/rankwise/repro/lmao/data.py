@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rankwise.data import topic_task
-from rankwise.models.minilm import mean_pool
+from rankwise.training.encoder_top import EncoderTopClassifier
 
 
 @dataclass(frozen=True)
@@ -28,20 +28,8 @@ class Cached:
     labels: torch.Tensor
 
 
-class TopLayersClassifier(nn.Module):
-    """MiniLM's top encoder layers on cached inputs h [B, T, D] (mask [B, T]) -> mean pool -> linear head [B, C]."""
-
-    def __init__(self, layers: nn.ModuleList, hidden: int, num_labels: int) -> None:
-        super().__init__()
-        self.layers = layers
-        self.head = nn.Linear(hidden, num_labels)
-
-    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        additive = (1.0 - mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min  # BERT's extended mask
-        for layer in self.layers:
-            out = layer(h, attention_mask=additive)
-            h = out[0] if isinstance(out, tuple) else out
-        return self.head(mean_pool(h, mask))
+# The classifier every arm trains: the encoder's top layers on cached inputs + a mean-pooled linear head.
+TopLayersClassifier = EncoderTopClassifier
 
 
 class CachedFewShotTask:
