@@ -10,6 +10,7 @@ from rankwise.adapters import LoraConfig, PicaConfig, add_adapter, load_adapter
 from rankwise.core.io import MANIFEST_NAME
 from rankwise.errors import CorruptFileError, InvalidInputError
 from rankwise.models import tiny_bert, tiny_llama
+from rounding import assert_rounding_close
 
 peft = pytest.importorskip("peft")
 TARGETS = ["q_proj", "v_proj", "up_proj", "down_proj"]
@@ -41,7 +42,8 @@ def test_lora_matches_peft_same_seed_init_forward_and_training():
             opt.zero_grad()
             model(input_ids=ids, labels=ids).loss.backward()
             opt.step()
-    torch.testing.assert_close(ours(input_ids=ids).logits, theirs(input_ids=ids).logits, rtol=0, atol=1e-6)
+    # three AdamW steps on both: Adam's normalisation can amplify rounding-level gradient differences
+    assert_rounding_close(ours(input_ids=ids).logits, theirs(input_ids=ids).logits, ours)
 
 
 @pytest.mark.parametrize("kind", ["lora", "lora-pissa", "pica"])
