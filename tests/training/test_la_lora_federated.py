@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import peft
 import pytest
 import torch
 
-from rankwise.adapters import load_adapter
 from rankwise.adapters.la_lora import LocalDPConfig, local_round
 from rankwise.errors import InvalidInputError
 from rankwise.training.federated import FederatedConfig, plan
@@ -16,7 +14,7 @@ from rankwise.training.federated_job import run_federated
 from rankwise.training.federated_flower import client_seed
 from rankwise.training.federated_models import adapted_classifier
 from rankwise.training.partition import dirichlet_partition, iid_partition
-from rankwise.training.tasks import SequenceClassifier
+from peft_loading import logits_both_ways
 from rounding import assert_rounding_close
 
 pytestmark = pytest.mark.method("la-lora")
@@ -112,7 +110,6 @@ def test_dirichlet_partition_is_disjoint_complete_and_skewed():
 @pytest.mark.real_model
 def test_finetune_la_lora_writes_a_peft_folder_with_the_same_outputs(tmp_path):
     from rankwise.cli import main
-    from rankwise.models import load_model
 
     out = tmp_path / "run"
     assert main(["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "lora", "--rank", "2",
@@ -121,18 +118,7 @@ def test_finetune_la_lora_writes_a_peft_folder_with_the_same_outputs(tmp_path):
                  "--procedure-option", "epsilon=8", "--batch-size", "4", "--lr", "0.5", "--seq-len", "16",
                  "--train-examples", "60", "--eval-examples", "16", "--checkpoint-every", "0", "--out", str(out)]) == 0
     assert (out / "privacy.json").is_file()
-    _, tok = load_model("minilm-l6")
-    enc = tok(["A river in France.", "The 1998 World Cup final."], return_tensors="pt", padding=True)
-
-    def fresh(seed):
-        torch.manual_seed(seed)
-        return SequenceClassifier(load_model("minilm-l6")[0], 12)
-
-    theirs = peft.PeftModel.from_pretrained(fresh(1), out / "adapter").eval()
-    ours = load_adapter(fresh(2), out / "adapter").eval()
-    with torch.no_grad():
-        a, b = theirs(enc["input_ids"], enc["attention_mask"]), ours(enc["input_ids"], enc["attention_mask"])
-        head_only = fresh(1)(enc["input_ids"], enc["attention_mask"])
+    a, b, head_only, ours = logits_both_ways(out / "adapter")
     assert_rounding_close(a, b, ours)
     assert (a - head_only).abs().max() > 1e-3
 
