@@ -30,10 +30,12 @@ def _grads(step: int, dtype: torch.dtype) -> list[torch.Tensor]:
     return [torch.randn(s, generator=gen, dtype=torch.float64).to(dtype) for s in SHAPES + [(5,)]]
 
 
-def _run(cls, batched: bool, dtype: torch.dtype, steps: int = 6, **kwargs) -> tuple[list[torch.Tensor], dict]:
+def _run(cls, batched: bool, dtype: torch.dtype, steps: int = 6, block_numel: int | None = None, **kwargs) -> tuple[list[torch.Tensor], dict]:
     params = _params(dtype)
     opt = cls(params, **kwargs)
     opt.batched_step = batched
+    if block_numel is not None:
+        opt.block_numel = block_numel
     for t in range(steps):
         for i, (p, g) in enumerate(zip(params, _grads(t, dtype))):
             # matrix 1 misses the gradient of step 2: its step count then lags the others of its shape
@@ -51,11 +53,14 @@ VARIANTS = {
 }
 
 
+# block_numel 10: the streamed step walks (7, 5) matrices in row blocks of 2 (the last one partial), (4, 9) and
+# (6, 6) ones row by row, so the per-block regression sums and updates are exercised; None: one block per matrix.
+@pytest.mark.parametrize("block_numel", [None, 10])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_batched_step_equals_reference_step_in_float64(variant):
+def test_batched_step_equals_reference_step_in_float64(variant, block_numel):
     cls, kwargs = VARIANTS[variant]
     ref, ref_state = _run(cls, False, torch.float64, **kwargs)
-    fast, fast_state = _run(cls, True, torch.float64, **kwargs)
+    fast, fast_state = _run(cls, True, torch.float64, block_numel=block_numel, **kwargs)
     start = _params(torch.float64)
     for p, q, p0 in zip(ref, fast, start):
         assert not torch.equal(p, p0)  # the steps moved every weight: the comparison is not vacuous
@@ -70,7 +75,7 @@ def test_batched_step_with_bf16_weights_matches_reference():
     # and agree to float32 rounding; each bf16 weight can differ by at most one rounding (2^-8 relative) per step.
     steps = 4
     ref, ref_state = _run(LoRAPre, False, torch.bfloat16, steps=steps, lr=1e-2, rank=3)
-    fast, fast_state = _run(LoRAPre, True, torch.bfloat16, steps=steps, lr=1e-2, rank=3)
+    fast, fast_state = _run(LoRAPre, True, torch.bfloat16, steps=steps, block_numel=10, lr=1e-2, rank=3)
     for p, q in zip(ref, fast):
         assert q.dtype == torch.bfloat16
         torch.testing.assert_close(q.float(), p.float(), rtol=steps * 2**-8, atol=1e-6)

@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from torch.optim.adamw import adamw as functional_adamw  # torch.optim.AdamW's own update, fused kernel included
 
 from rankwise.errors import InvalidInputError, NumericalError
-from rankwise.optim.low_rank_regression import DEFAULT_RIDGE, gamma_for_beta, newton_factor_step_, newton_factor_steps_
+from rankwise.optim.lora_pre_streamed import BLOCK_NUMEL, AdamFactorStep, streamed_adam_factor_steps_
+from rankwise.optim.low_rank_regression import DEFAULT_RIDGE, gamma_for_beta, newton_factor_step_
 
 NONFINITE_POLICIES = ("raise", "skip")
 V_BIAS_CORRECTIONS = ("adam", "surrogate")
@@ -58,6 +60,10 @@ class LoRAPre(torch.optim.Optimizer):
             square grows far slower than Adam's EMA of g^2: with Adam's correction v is underestimated for the first
             ~1/(1-beta2) steps (28x at step 100), inflating the steps — full-rank LoRA-Pre then diverges where AdamW
             trains (measured in the reproduction); with the surrogate correction it matches AdamW's steps.
+        fused: the parameters on the plain-AdamW path (embeddings, norms, rank=None groups) use torch's fused AdamW
+            kernel and then equal `torch.optim.AdamW(fused=True)` bit for bit; False (default): AdamW's
+            single-tensor loop, equal to `torch.optim.AdamW(foreach=False)`, torch's CPU default. On a CPU the fused
+            kernel is several times faster (benchmarks/bench_lora_pre.py); the factored matrices are unaffected.
         nonfinite: "raise" (NumericalError) or "skip" (the whole step is skipped, state untouched, counted in
             `skipped_steps`) when any gradient holds NaN or Inf.
         seed: seeds the random initialisation of the A factors, so runs (and DDP ranks) agree.
@@ -68,12 +74,14 @@ class LoRAPre(torch.optim.Optimizer):
     # True: same-shape matrices are updated together (`_factored_bucket_step`); False: one at a time by the reference
     # `_factored_step`, which the batched path must equal up to float rounding. Settable per instance.
     batched_step: bool = True
-    # At most this many matrix entries per batched update: its [p, q] temporaries (m, sqrt(v), |g|) exist for all
-    # matrices of a batch at once, so this bounds the step's transient memory to ~3 x 4 x bucket_numel bytes.
+    # At most this many matrix entries per batched update (bounds the stacked copies of a bucket's factors and, in
+    # subclasses that form [p, q] temporaries per bucket, their memory).
     bucket_numel: int = 2**23
+    # Entries per row block of the streamed step (`lora_pre_streamed.BLOCK_NUMEL`: its temporaries fit in L2).
+    block_numel: int = BLOCK_NUMEL
     # Hyperparameters added after states were first saved, with the value that reproduces those runs: a state saved
     # before `v_bias_correction` existed was trained with Adam's correction, so it resumes with it.
-    legacy_group_defaults: dict[str, Any] = {"v_bias_correction": "adam", "init": "zero"}
+    legacy_group_defaults: dict[str, Any] = {"v_bias_correction": "adam", "init": "zero", "fused": False}
 
     def __init__(
         self,
@@ -89,13 +97,14 @@ class LoRAPre(torch.optim.Optimizer):
         init: str = "zero",
         use_updated_factors: bool = False,
         v_bias_correction: str = "surrogate",
+        fused: bool = False,
         nonfinite: str = "raise",
         seed: int = 0,
     ) -> None:
         defaults = dict(
             lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, rank=rank,
             ridge=ridge, init_std=init_std, use_updated_factors=use_updated_factors, v_bias_correction=v_bias_correction,
-            init=init,
+            init=init, fused=fused,
         )
         self._setup(params, defaults, nonfinite, seed)
 
@@ -143,10 +152,14 @@ class LoRAPre(torch.optim.Optimizer):
         index = 0
         for group in self.param_groups:
             buckets: dict[tuple, list[torch.Tensor]] = {}
+            fused_dense: list[torch.Tensor] = []
             for p in group["params"]:
                 if p.grad is not None:
                     if not is_factored(p, group):
-                        self._dense_step(p, group)
+                        if group.get("fused", False):
+                            fused_dense.append(p)
+                        else:
+                            self._dense_step(p, group)
                     elif self.batched_step and self.state[p]:
                         # same shape, dtype, device and step count: one batched update (the step count fixes the
                         # bias corrections, which a parameter that missed a gradient would not share)
@@ -155,6 +168,8 @@ class LoRAPre(torch.optim.Optimizer):
                     else:  # a fresh state (its initialisation may read the gradient), or the reference path
                         self._factored_step(p, group, index)
                 index += 1
+            if fused_dense:
+                self._fused_dense_step(fused_dense, group)
             for params in buckets.values():
                 for chunk in _chunks(params, self.bucket_numel):
                     self._factored_bucket_step(chunk, group)
@@ -170,6 +185,23 @@ class LoRAPre(torch.optim.Optimizer):
         if bool(torch.isfinite(sums).all()):
             return True
         return bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+
+    def _fused_dense_step(self, params: list[torch.Tensor], group: dict[str, Any]) -> None:
+        """torch.optim.AdamW(fused=True)'s update of `params`, through torch's own functional AdamW with the same
+        state layout (step, exp_avg, exp_avg_sq) as `_dense_step`."""
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        states = [self.state[p] for p in params]
+        beta1, beta2 = group["betas"]
+        functional_adamw(
+            params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
+            [s["step"] for s in states], fused=True, amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+            weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
+        )
 
     def _dense_step(self, p: torch.Tensor, group: dict[str, Any]) -> None:
         """torch.optim.AdamW's single-tensor update, operation for operation (so results agree bit for bit)."""
@@ -222,53 +254,35 @@ class LoRAPre(torch.optim.Optimizer):
         p.add_((exp_avg / denom).to(p.dtype), alpha=-(lr / bias_correction1))
 
     def _factored_bucket_step(self, params: list[torch.Tensor], group: dict[str, Any]) -> None:
-        """`_factored_step` for n same-shape parameters whose states exist and share a step count, batched.
+        """`_factored_step` for n same-shape parameters whose states exist and share a step count.
 
-        The factors are stacked ([n, p, r], [n, r, q]: small copies, which also keep the previous factors for the
-        reconstruction), so the r x r solves and factor updates are batched ops (`newton_factor_steps_`). The
-        [p, q] work then runs matrix by matrix, each temporary freed before the next is made (holding them for all
-        n at once costs fresh memory pages every step, more than it saves), fused into few passes:
-            m = beta1 m_B m_A + (1-beta1) g                one addmm, instead of a matmul and two passes;
-            sqrt(v) = sqrt(1-beta2) hypot(c v_B v_A, g)    c = sqrt(beta2 / (1-beta2)) folded into v_B: no square,
-                                                           addcmul and sqrt passes;
+        One cache-sized pass of row blocks over each gradient does both Newton regressions, the reconstruction of
+        the previous moments and the AdamW update (`streamed_adam_factor_steps_`); the r x r Grams, inverses and
+        solves of the n matrices run batched. The [p, q] moments are never formed whole:
+            m = beta1 m_B m_A + (1-beta1) g                one addmm per block;
+            sqrt(v) = sqrt(1-beta2) hypot(c v_B v_A, g)    c = sqrt(beta2 / (1-beta2)) folded into v_B;
             p <- p - lr/bc1 m / (sqrt(v)/bc2 + eps)         one addcdiv, the scalars folded in.
         Equal to the per-matrix reference `_factored_step` up to float rounding (tests/optim/test_lora_pre_batched.py).
         """
         states = [self.state[p] for p in params]
         beta1, beta2 = group["betas"]
-        lr, eps, wd, ridge = group["lr"], group["eps"], group["weight_decay"], group["ridge"]
-        low = params[0].dtype in (torch.float16, torch.bfloat16)
-        grads = [p.grad.float() for p in params] if low else [p.grad for p in params]
-        old = [torch.stack([s[k] for s in states]) for k in FACTOR_KEYS]
-        new = [f.clone() for f in old]
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1.0)
         step = float(steps[0])  # a CPU counter, as torch's AdamW keeps it: no device sync
-        newton_factor_steps_(new[0], new[1], grads, gamma_for_beta(beta1, 2), ridge)
-        newton_factor_steps_(new[2], new[3], grads, gamma_for_beta(beta2, 4), ridge, absolute=True)
-        for k, stacked in zip(FACTOR_KEYS, new):
-            torch._foreach_copy_([s[k] for s in states], list(stacked.unbind(0)))
-        m_b, m_a, v_b, v_a = new if group["use_updated_factors"] else old
-
-        bias_correction1 = 1 - beta1**step
         if group["v_bias_correction"] == "surrogate":
-            built = step if group["use_updated_factors"] else step - 1
+            built = step if group["use_updated_factors"] else step - 1  # regressions the blended factors have seen
             bias_correction2_sqrt = surrogate_v_correction(beta2, built) ** 0.5
         else:
             bias_correction2_sqrt = (1 - beta2**step) ** 0.5
-        # sqrt(v)/bc2 + eps = scale * (hypot + eps/scale), so the update is -(lr/bc1)/scale * m / (hypot + eps/scale)
-        scale = math.sqrt(1.0 - beta2) / bias_correction2_sqrt
-        step_size = -(lr / bias_correction1) / scale
-        v_b = v_b * math.sqrt(beta2 / (1.0 - beta2))
-        for i, (p, g) in enumerate(zip(params, grads)):
-            exp_avg = torch.addmm(g, m_b[i], m_a[i], beta=1 - beta1, alpha=beta1)
-            denom = torch.hypot(v_b[i] @ v_a[i], g).add_(eps / scale)
-            if wd != 0:
-                p.mul_(1 - lr * wd)
-            if low:  # formed in float32 and rounded once to the weights' dtype, as in `_factored_step`
-                p.add_(exp_avg.div_(denom).to(p.dtype), alpha=step_size)
-            else:
-                p.addcdiv_(exp_avg, denom, value=step_size)
+        hp = AdamFactorStep(
+            beta1=beta1, beta2=beta2, gamma1=gamma_for_beta(beta1, 2), gamma2=gamma_for_beta(beta2, 4), lr=group["lr"],
+            eps=group["eps"], weight_decay=group["weight_decay"], ridge=group["ridge"],
+            bias_correction1=1 - beta1**step, bias_correction2_sqrt=bias_correction2_sqrt,
+            use_updated_factors=group["use_updated_factors"],
+        )
+        new = streamed_adam_factor_steps_(params, [[s[k] for s in states] for k in FACTOR_KEYS], hp, self.block_numel)
+        for k, stacked in zip(FACTOR_KEYS, new):
+            torch._foreach_copy_([s[k] for s in states], list(stacked.unbind(0)))
 
     def _initial_factors(self, p: torch.Tensor, group: dict[str, Any], index: int) -> dict[str, torch.Tensor]:
         """B factors at zero, A factors N(0, init_std^2) from a generator keyed by (seed, parameter index); with
@@ -383,6 +397,8 @@ def is_factored(p: torch.Tensor, group: dict[str, Any]) -> bool:
 
 def _check_group(group: dict[str, Any]) -> None:
     check_adamw_rates(group)
+    if not isinstance(group.get("fused", False), bool):
+        raise InvalidInputError(f"fused must be True or False, got {group.get('fused')!r}")
     if group["v_bias_correction"] not in V_BIAS_CORRECTIONS:
         raise InvalidInputError(f"v_bias_correction must be one of {V_BIAS_CORRECTIONS}, got {group['v_bias_correction']!r}")
     if group.get("init", "zero") not in ("zero", "svd"):  # rankwise.optim.lora_pre_init.FACTOR_INITS
