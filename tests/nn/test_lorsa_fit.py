@@ -44,15 +44,16 @@ def test_loss_ignores_the_first_position():
         torch.manual_seed(1)
         m = Lorsa(CFG)
         runs.append(fit(m, x, target, FitConfig(steps=5, lr=1e-3, batch_size=4)).losses)
-    # identical up to the scale factor (Y's mean norm also skips position 0), so identical losses
-    assert runs[0] == pytest.approx(runs[1], rel=1e-5)
+    # the fit only ever reads y[:, 1:] (the scale too), so the two runs do the same arithmetic: identical losses
+    assert runs[0] == runs[1]
 
 
 def test_sae_keeps_k_latents_and_unit_decoder_rows():
     _, y = _data()
     sae = TopKSAE(12, 16, 3)
     fit(sae, y, y, FitConfig(steps=5, lr=1e-2, batch_size=4))
-    assert torch.allclose(sae.W_dec.norm(dim=-1), torch.ones(16), atol=1e-6)
+    # normalising a 12-wide row and measuring its norm again: two 12-term norms, (12 + 3) u worst case; 2x margin
+    assert torch.allclose(sae.W_dec.norm(dim=-1), torch.ones(16), rtol=0, atol=(12 + 3) * torch.finfo(torch.float32).eps)
     vals, idx = sae.encode(y)
     assert vals.shape == idx.shape == (24, 10, 3) and (vals >= 0).all()
     with pytest.raises(InvalidInputError, match=r"\[1, 16\]"):
@@ -122,10 +123,11 @@ def test_top_activating_contexts_finds_planted_activations():
     acts[:, 0] = 0
     found = top_activating_contexts(m, x, head=3, n=4)
     expected = acts.abs().flatten().topk(4).values
-    assert [abs(c.value) for c in found] == pytest.approx(expected.tolist())
+    # one batch of 6 windows (batch_size 16): the same call on the same tensor as above, so the same floats
+    assert [abs(c.value) for c in found] == expected.tolist()
     for c in found:
         assert c.position >= 1 and 0 <= c.source <= c.position
-        assert acts[c.window, c.position] == pytest.approx(c.value)
+        assert float(acts[c.window, c.position]) == c.value
     with pytest.raises(InvalidInputError, match="head"):
         top_activating_contexts(m, x, head=16)
 
