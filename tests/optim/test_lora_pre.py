@@ -43,6 +43,7 @@ def test_fixed_point_when_product_equals_target():
     target = b @ a
     b0, a0 = b.clone(), a.clone()
     newton_factor_step_(b, a, target, gamma=0.3)
+    # algorithmic: the solves' ridge (1e-6 of the Gram's trace / r) moves the fixed point by ~1e-6 relative
     torch.testing.assert_close(b, b0, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(a, a0, rtol=1e-6, atol=1e-6)
 
@@ -146,7 +147,9 @@ def test_first_step_equals_adamw_first_step():
     _train(ref, torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1, foreach=False), 1)
     _train(ours, LoRAPre(ours.parameters(), lr=1e-2, weight_decay=0.1, rank=3), 1)
     for p, q in zip(ref.parameters(), ours.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+        # the same step in another arrangement of float32 operations: a few ulps of |p| and of the step (<= lr)
+        tol = 8 * torch.finfo(torch.float32).eps * (float(p.detach().abs().max()) + 1e-2)
+        torch.testing.assert_close(p, q, rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("correction", ["surrogate", "adam"])
