@@ -7,12 +7,12 @@ from torch.nn import functional as F
 
 from rankwise.adapters import AdaptedModel
 from rankwise.adapters.plop import nfn_scores
+from rankwise.data.windows import cut_windows
 from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_llama
 from rankwise.repro.plop.arms import ArmRunner, Placement
-from rankwise.repro.plop.data import windows
-from rankwise.repro.plop.lm import CachedWindows, TopLayersLM
 from rankwise.training.frozen_prefix import FrozenPrefixRunner
+from rankwise.training.top_layers_lm import CachedWindows, TopLayersLM
 
 pytestmark = pytest.mark.method("plop")
 VOCAB = 97
@@ -64,11 +64,11 @@ def test_restricted_loss_is_the_renormalised_full_softmax_and_prefix_is_exact():
 
 def test_windows_cut_a_stream_and_reject_bad_sizes():
     stream = torch.arange(10)
-    assert windows(stream, 3, 99).tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
-    assert windows(stream, 3, 2).shape == (2, 3)
+    assert cut_windows(stream, 3, 99).tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert cut_windows(stream, 3, 2).shape == (2, 3)
     for args in ((1, 5), (3, 0), (11, 5)):
         with pytest.raises(InvalidInputError):
-            windows(stream, *args)
+            cut_windows(stream, *args)
 
 
 def test_an_arm_trains_only_its_targets_and_leaves_the_model_unchanged():

@@ -45,6 +45,19 @@ def test_ilp_allocation_equals_brute_force():
     assert allocate_bits(err, bits, sizes, 2.0) is None
 
 
+def test_ilp_allocation_prints_nothing(capfd):
+    """HiGHS 1.12 printf()s a debug line when it repairs a presolved integer solution, as on this instance (capfd:
+    the line is written by C code to file descriptor 1, below sys.stdout); the allocation silences it."""
+    rng = np.random.default_rng(0)
+    bits = np.sort(rng.uniform(2, 9, 6))
+    err = np.exp(-bits[None, :] * rng.uniform(0.5, 1.5, (6, 1))) * rng.uniform(0.1, 10, (6, 1)) * rng.uniform(0.9, 1.1, (6, 6))
+    sizes = rng.integers(1000, 2_000_000, 6)
+    print("before")
+    assert allocate_bits(err, bits, sizes, 4.75) == [2, 0, 3, 2, 2, 4]
+    print("after")  # stdout works again after the solve
+    assert capfd.readouterr().out == "before\nafter\n"
+
+
 def test_proposals_are_new_in_bounds_and_deterministic():
     rng = np.random.default_rng(1)
     cards = np.array([4, 2, 3] * 3)

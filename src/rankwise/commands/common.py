@@ -5,7 +5,7 @@ answers in milliseconds, and never after a long computation.
 
 - argparse types (`positive_int`, `nonnegative_float`, ...): a bad value is an argparse error naming the flag;
 - `check_output(path, flag)`: the output can be written (not `.`, not under a file, the nearest existing folder is
-  writable) — found before training, not after;
+  writable, an existing folder is one this output may replace) — found before training, not after;
 - `require_model(value, command, accepts)`: the embedded model or folder is a kind the command takes; any other of
   rankwise's folder kinds is refused with what to pass instead (`rankwise.models.folders` tells the kinds apart).
 """
@@ -76,15 +76,23 @@ def _int(text: str) -> int:
 
 
 # -- outputs ------------------------------------------------------------------------------------------------------
+RUN_MARKER = "rankwise-run.json"  # written first into a training run's --out folder: "this folder is a rankwise run"
+
+
 def check_output(path: str | os.PathLike, flag: str = "--out", folder: bool = True, kind: str | None = None,
-                 overwrite: bool = False) -> Path:
+                 overwrite: bool = False, run: str | None = None) -> Path:
     """Refuse an output that cannot be written, before any work. Returns the path.
 
     Refused: the current folder or one above it (a folder output replaces its target), a path under an existing
     file, a path whose nearest existing folder cannot be written (probed by creating and removing a temporary folder
     there, which also catches read-only mounts and /sys for root), and for a folder output an existing file.
-    Nothing is left behind by the check. With `kind` (a folder written by `core.io.save_model_folder`), an
-    existing folder must also be one the writer may replace: empty, or rankwise's own of that kind, or `overwrite`.
+    Nothing is left behind by the check. What an existing folder may hold depends on what is written there:
+    - `kind` (a folder written whole by `core.io.save_model_folder`): empty, or rankwise's own of that kind, or
+      `overwrite`;
+    - `run` (the command, e.g. "finetune", whose training run folder it is): empty, or one of that command's runs
+      (it has the `RUN_MARKER` that `mark_run_folder` writes). Such a command writes several entries there
+      (metrics.json, checkpoint/, adapter/, ...) and resumes from them, so a user's own files there (their
+      metrics.json) would be overwritten.
     """
     path = Path(path)
     resolved = path.expanduser().resolve()
@@ -112,7 +120,22 @@ def check_output(path: str | os.PathLike, flag: str = "--out", folder: bool = Tr
         from rankwise.core.io import check_output_folder  # imports torch: only once the command runs
 
         check_output_folder(path, kind, overwrite)
+    if run is not None and folder and resolved.is_dir() and any(resolved.iterdir()) and not (resolved / RUN_MARKER).is_file():
+        raise InvalidInputError(
+            f"{flag} {path} already holds files that no `rankwise {run}` run wrote (no {RUN_MARKER}); it writes "
+            "metrics.json, checkpoint/ and its outputs there: name a new or empty folder"
+        )
     return path
+
+
+def mark_run_folder(path: str | os.PathLike, command: str) -> None:
+    """Create the run folder and its marker (before the first checkpoint or output is written)."""
+    from rankwise.core.io import write_json_atomic
+
+    folder = Path(path).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / RUN_MARKER).is_file():
+        write_json_atomic(folder / RUN_MARKER, {"rankwise_run": command})
 
 
 # -- models -------------------------------------------------------------------------------------------------------
@@ -166,28 +189,3 @@ def checkpoint_note(folder: Path, how_to_resume: str) -> str:
         step = None
     at = f" at step {step}" if step is not None else ""
     return f"The last complete checkpoint{at} is in {folder}: {how_to_resume}."
-
-
-RUN_MARKER = "rankwise-run.json"  # written first into a training run's --out folder: "this folder is a rankwise run"
-
-
-def check_run_folder(path: str | os.PathLike, command: str, flag: str = "--out") -> None:
-    """A training command writes several entries (metrics.json, checkpoint/, adapter/, ...) into its --out folder
-    and resumes from it: refuse a folder that already holds something and is not one of its own runs (no marker),
-    so that a user's files there (their own metrics.json) are never overwritten. Call after `check_output`."""
-    folder = Path(path).expanduser()
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / RUN_MARKER).is_file():
-        raise InvalidInputError(
-            f"{flag} {path} already holds files that no `rankwise {command}` run wrote (no {RUN_MARKER}); it writes "
-            "metrics.json, checkpoint/ and its outputs there: name a new or empty folder"
-        )
-
-
-def mark_run_folder(path: str | os.PathLike, command: str) -> None:
-    """Create the run folder and its marker (before the first checkpoint or output is written)."""
-    from rankwise.core.io import write_json_atomic
-
-    folder = Path(path).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / RUN_MARKER).is_file():
-        write_json_atomic(folder / RUN_MARKER, {"rankwise_run": command})

@@ -23,7 +23,7 @@ import ast
 from pathlib import Path
 
 from rankwise.commands.choices import ADAPTER_METHODS, DECAYS, OPTIMIZERS, PROCEDURES, UNCHECKPOINTABLE_OPTIMIZERS
-from rankwise.commands.common import (check_output, check_run_folder, checkpoint_note, fraction, mark_run_folder,
+from rankwise.commands.common import (check_output, checkpoint_note, fraction, mark_run_folder,
                                       nonnegative_float, nonnegative_int, positive_float, positive_int, require_model)
 from rankwise.models import folders
 
@@ -94,14 +94,18 @@ def check_arguments(args: argparse.Namespace) -> dict:
             "pass --checkpoint-every 0 (no checkpoints, so no resume), or use --optimizer lora-pre"
         )
     require_model(args.model, "finetune", ACCEPTS, causal=args.task == "wiki-lm")
-    check_output(args.out)
-    check_run_folder(args.out, "finetune")
+    check_output(args.out, run="finetune")
     options = parse_options(args.option)
     if args.procedure_option and not args.procedure:
         raise InvalidInputError("--procedure-option needs --procedure")
     if full and args.procedure:
         raise InvalidInputError(f"--procedure {args.procedure} trains an adapter: it needs an adapter --method, not full")
-    parse_options(args.procedure_option, "--procedure-option")  # its format, now; its fields when it is built
+    if args.procedure:
+        from rankwise.training.procedure_table import check_procedure_options
+
+        # Names, types and what needs no model, now; what depends on the module (layer indices, the adapter's
+        # choices) when the builder runs, after the model is loaded.
+        check_procedure_options(args.procedure, parse_options(args.procedure_option, "--procedure-option"))
     if not full:
         from rankwise.adapters import build_config
 

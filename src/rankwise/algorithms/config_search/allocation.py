@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rankwise.core.quiet import silence_native_stdout
 from rankwise.errors import InvalidInputError
 
 
@@ -34,9 +35,14 @@ def allocate_bits(errors: np.ndarray, option_bits: Sequence[float], sizes: Seque
     scale = err.max() if err.max() > 0 else 1.0  # HiGHS is happier with O(1) costs
     one_each = np.kron(np.eye(layers), np.ones(options))  # [N, N*K]
     storage = np.outer(n, b).reshape(1, -1) / n.sum()  # [1, N*K]: average bits per weight
-    res = milp(c=(err / scale).reshape(-1), integrality=np.ones(layers * options),
-               bounds=Bounds(0, 1),
-               constraints=[LinearConstraint(one_each, 1, 1), LinearConstraint(storage, -np.inf, budget + 1e-9)])
+    # disp=False silences HiGHS's log, but HiGHS 1.12 (scipy 1.17) still printf()s a debug line to stdout when it
+    # repairs an integer solution of the presolved problem (ERGO-Code/HiGHS, cf. jump-dev/HiGHS.jl#312): the
+    # descriptor is silenced around the solve, which changes nothing about the solution.
+    with silence_native_stdout():
+        res = milp(c=(err / scale).reshape(-1), integrality=np.ones(layers * options),
+                   bounds=Bounds(0, 1),
+                   constraints=[LinearConstraint(one_each, 1, 1), LinearConstraint(storage, -np.inf, budget + 1e-9)],
+                   options={"disp": False})
     if res.x is None:
         return None
     return [int(k) for k in np.round(res.x).reshape(layers, options).argmax(1)]

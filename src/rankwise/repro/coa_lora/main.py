@@ -37,9 +37,10 @@ from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.data import topic_task
 from rankwise.repro.coa_lora.configs import held_out_configs
-from rankwise.repro.coa_lora.model import CachedTopicTask, build_classifier, cached_inputs
+from rankwise.repro.coa_lora.model import build_classifier
 from rankwise.repro.setup import BySize, experiment_model
 from rankwise.training import TrainConfig, train
+from rankwise.training.cached_classification import CachedClassificationTask, cache_encoder_inputs
 from rankwise.training.coa_lora import CoaLoraProcedure, check_options
 
 TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
@@ -104,16 +105,18 @@ def _declare(report: Report, s: Settings) -> None:
                                kind=ClaimKind.SANITY))
 
 
-def _data(s: Settings, base, tokenizer) -> tuple[CachedTopicTask, CachedTopicTask, int]:
+def _data(s: Settings, base, tokenizer) -> tuple[CachedClassificationTask, CachedClassificationTask, int]:
     pool, test = topic_task("train"), topic_task("eval", s.test)
     order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(DATA_SEED)).tolist()
     tr, va = order[: s.train], order[s.train : s.train + s.val]
     start = len(base.encoder.layer) - s.top
     pick = lambda idx: ([pool.texts[i] for i in idx], [pool.labels[i] for i in idx])  # noqa: E731
-    train_set = cached_inputs(base, tokenizer, *pick(tr), s.max_length, start)
-    val_set = cached_inputs(base, tokenizer, *pick(va), s.max_length, start)
-    test_set = cached_inputs(base, tokenizer, test.texts, test.labels, s.max_length, start)
-    return CachedTopicTask(train_set, val_set), CachedTopicTask(train_set, test_set), len(pool.label_names)
+    train_set = cache_encoder_inputs(base, tokenizer, *pick(tr), s.max_length, start)
+    val_set = cache_encoder_inputs(base, tokenizer, *pick(va), s.max_length, start)
+    test_set = cache_encoder_inputs(base, tokenizer, test.texts, test.labels, s.max_length, start)
+    name = "wiki-topics (cached prefix)"
+    return (CachedClassificationTask(train_set, val_set, name), CachedClassificationTask(train_set, test_set, name),
+            len(pool.label_names))
 
 
 def _adapter_config(arm: str, r: int):
@@ -145,7 +148,7 @@ class Fit:
     params: int
 
 
-def _fit(ctx: Context, arm: str, lr: float, seed: int, task: CachedTopicTask, configs: list, fixed=None) -> Fit:
+def _fit(ctx: Context, arm: str, lr: float, seed: int, task: CachedClassificationTask, configs: list, fixed=None) -> Fit:
     s = ctx.s
     clf = build_classifier(ctx.base, _adapter_config(arm, s.rank), s.top, ctx.num_labels, seed)
     proc = ctx.procedure(clf, arm, seed, fixed)
@@ -157,13 +160,13 @@ def _fit(ctx: Context, arm: str, lr: float, seed: int, task: CachedTopicTask, co
     accs = []
     for config in configs:
         proc.bank.apply(config)
-        accs.append(task.accuracy(clf, task.eval_h, task.eval_mask, task.eval_labels))
+        accs.append(task.evaluate(clf)["accuracy"])
     params = sum(p.numel() for n, p in clf.named_parameters() if p.requires_grad and not n.startswith("head."))
     return Fit(accs, wall, set(proc.drawn) | set(proc.search.training_set if arm == COA else ()), params)
 
 
 @torch.no_grad()
-def _u_zero_gap(ctx: Context, task: CachedTopicTask, config) -> float:
+def _u_zero_gap(ctx: Context, task: CachedClassificationTask, config) -> float:
     """CoA-LoRA with the network's last layer zeroed vs a plain LoRA with the same A, B, on `config`'s base."""
     s = ctx.s
     coa = build_classifier(ctx.base, _adapter_config(COA, s.rank), s.top, ctx.num_labels, 0)
@@ -180,7 +183,7 @@ def _u_zero_gap(ctx: Context, task: CachedTopicTask, config) -> float:
     for clf in (coa, lora):
         ctx.procedure(clf, SHARED, 0).bank.apply(config)
         clf.eval()
-    h, mask = task.eval_h[:16], task.eval_mask[:16]
+    h, mask = task.evaluation.h[:16], task.evaluation.mask[:16]
     return float((coa(h, mask) - lora(h, mask)).abs().max())
 
 

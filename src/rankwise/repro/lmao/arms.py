@@ -20,8 +20,9 @@ from rankwise.core.seed import set_seed
 from rankwise.errors import NumericalError
 from rankwise.optim.lmao import base_snapshot
 from rankwise.optim.zeroth_order import SPSA, numerical_rank, step_seed
-from rankwise.repro.lmao.data import CachedFewShotTask, TopLayersClassifier
 from rankwise.training import TrainConfig, train
+from rankwise.training.cached_classification import CachedClassificationTask
+from rankwise.training.encoder_top import EncoderTopClassifier
 from rankwise.training.lmao import lmao_procedure
 from rankwise.training.loop import batch_indices
 
@@ -49,7 +50,7 @@ class Fit:
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # final trainable tensors (for bit comparisons)
 
 
-def build(arm: str, base: nn.Module, shape: Shape, num_labels: int, seed: int) -> TopLayersClassifier:
+def build(arm: str, base: nn.Module, shape: Shape, num_labels: int, seed: int) -> EncoderTopClassifier:
     """The top layers of a copy of `base` (LoRA-adapted for LoRA/LMAO) with a fresh head; same head at a seed."""
     set_seed(seed)
     model = copy.deepcopy(base)
@@ -62,7 +63,7 @@ def build(arm: str, base: nn.Module, shape: Shape, num_labels: int, seed: int) -
         model.requires_grad_(arm == FULL_FT)
     with torch.random.fork_rng():
         torch.manual_seed(seed + 7919)
-        clf = TopLayersClassifier(model.encoder.layer[n - shape.top_layers :], model.config.hidden_size, num_labels)
+        clf = EncoderTopClassifier(model.encoder.layer[n - shape.top_layers :], model.config.hidden_size, num_labels)
     return clf
 
 
@@ -76,7 +77,7 @@ def _optimizer(module: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
 _optimizer.label = f"adamw(head_lr={HEAD_LR})"  # type: ignore[attr-defined]
 
 
-def fit(arm: str, base: nn.Module, task: CachedFewShotTask, shape: Shape, num_labels: int, seed: int, lr: float,
+def fit(arm: str, base: nn.Module, task: CachedClassificationTask, shape: Shape, num_labels: int, seed: int, lr: float,
         base_lr: float = 0.0, steps: int | None = None) -> Fit:
     """Train one arm; `lr` is the first-order rate (MeZO: its ZO rate), `base_lr` LMAO's eta_W. Diverged: NaN scores."""
     clf = build(arm, base, shape, num_labels, seed)
@@ -97,7 +98,7 @@ def fit(arm: str, base: nn.Module, task: CachedFewShotTask, shape: Shape, num_la
                res.wall_s, delta, state)
 
 
-def _mezo(clf: TopLayersClassifier, task: CachedFewShotTask, shape: Shape, seed: int, lr: float, steps: int) -> Fit:
+def _mezo(clf: EncoderTopClassifier, task: CachedClassificationTask, shape: Shape, seed: int, lr: float, steps: int) -> Fit:
     """MeZO: SGD with the SPSA estimate on every tensor (constant lr, eps fixed), the loop's batch order."""
     import time
 

@@ -2,79 +2,19 @@
 few-shot protocol: a new k-shot sample per seed), held-out articles from the eval split.
 
 Every arm adapts only the top `top_layers` encoder layers (plus the head), so the layers below are a fixed function of
-the input: their output is computed once per example and cached (`CachedFewShotTask`), and a training step runs only
-the top layers. This is the documented top-layers variant of LMAO's W (see docs/methods/lmao.md).
+the input: their output is computed once per example and cached (`training.cached_classification`), and a training
+step runs only the top layers. This is the documented top-layers variant of LMAO's W (see docs/methods/lmao.md).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-
-import torch
-from torch import nn
-from torch.nn import functional as F
 
 from rankwise.data import topic_task
-from rankwise.training.encoder_top import EncoderTopClassifier
+from rankwise.training.cached_classification import CachedClassificationTask, CachedInputs, cache_encoder_inputs
 
-
-@dataclass(frozen=True)
-class Cached:
-    """The top layers' input h [N, T, D], its mask [N, T] and labels [N]."""
-
-    h: torch.Tensor
-    mask: torch.Tensor
-    labels: torch.Tensor
-
-
-# The classifier every arm trains: the encoder's top layers on cached inputs + a mean-pooled linear head.
-TopLayersClassifier = EncoderTopClassifier
-
-
-class CachedFewShotTask:
-    """Classification on cached inputs: `train` is what the loop samples, `evaluation` what `evaluate` scores."""
-
-    name = "wiki-topics few-shot (cached prefix)"
-    metric = "accuracy"
-    higher_is_better = True
-
-    def __init__(self, train: Cached, evaluation: Cached) -> None:
-        self.train, self.evaluation = train, evaluation
-
-    @property
-    def num_train(self) -> int:
-        return self.train.h.size(0)
-
-    def wrap(self, model: nn.Module) -> nn.Module:
-        return model
-
-    def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"h": self.train.h[indices], "mask": self.train.mask[indices], "labels": self.train.labels[indices]}
-
-    def loss(self, module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(module(batch["h"], batch["mask"]), batch["labels"])
-
-    @torch.no_grad()
-    def evaluate(self, module: nn.Module) -> dict[str, float]:
-        was = module.training
-        module.eval()
-        try:
-            e = self.evaluation
-            logits = torch.cat([module(e.h[i : i + 128], e.mask[i : i + 128]) for i in range(0, e.h.size(0), 128)])
-        finally:
-            module.train(was)
-        return {"eval_loss": float(F.cross_entropy(logits, self.evaluation.labels)),
-                "accuracy": float((logits.argmax(-1) == self.evaluation.labels).float().mean())}
-
-
-@torch.no_grad()
-def cache_prefix(model, tokenizer, texts: list[str], labels: list[int], max_length: int, start: int) -> Cached:
-    """The output of MiniLM's layers below `start` (the input of layer `start`) for each text, padded to max_length."""
-    enc = tokenizer(texts, truncation=True, max_length=max_length, padding="max_length", return_tensors="pt")
-    hs = [model(input_ids=enc["input_ids"][i : i + 64], attention_mask=enc["attention_mask"][i : i + 64],
-                output_hidden_states=True).hidden_states[start] for i in range(0, len(texts), 64)]
-    return Cached(torch.cat(hs), enc["attention_mask"].float(), torch.tensor(labels))
+TASK_NAME = "wiki-topics few-shot (cached prefix)"
+EVAL_BATCH = 128  # examples per evaluation forward (the committed reports' chunking)
 
 
 def k_shot_split(k: int, seed: int) -> tuple[list[int], list[int]]:
@@ -99,21 +39,23 @@ class FewShotData:
         self.model, self.tokenizer, self.k, self.max_length, self.start = model, tokenizer, k, max_length, start
         self.pool = topic_task("train")
         held = topic_task("eval", test)
-        self.test = cache_prefix(model, tokenizer, held.texts, held.labels, max_length, start)
+        self.test = self._cache(held.texts, held.labels)
         self.num_labels = len(self.pool.label_names)
-        self._cache: dict[int, tuple[Cached, Cached]] = {}
+        self._splits: dict[int, tuple[CachedInputs, CachedInputs]] = {}
 
-    def split(self, seed: int) -> tuple[Cached, Cached]:
-        if seed not in self._cache:
+    def _cache(self, texts: list[str], labels: list[int]) -> CachedInputs:
+        return cache_encoder_inputs(self.model, self.tokenizer, texts, labels, self.max_length, self.start)
+
+    def split(self, seed: int) -> tuple[CachedInputs, CachedInputs]:
+        if seed not in self._splits:
             tr, va = k_shot_split(self.k, seed)
             pick = lambda idx: ([self.pool.texts[i] for i in idx], [self.pool.labels[i] for i in idx])  # noqa: E731
-            self._cache[seed] = (cache_prefix(self.model, self.tokenizer, *pick(tr), self.max_length, self.start),
-                                 cache_prefix(self.model, self.tokenizer, *pick(va), self.max_length, self.start))
-        return self._cache[seed]
+            self._splits[seed] = (self._cache(*pick(tr)), self._cache(*pick(va)))
+        return self._splits[seed]
 
-    def tuning_task(self, seed: int) -> CachedFewShotTask:
+    def tuning_task(self, seed: int) -> CachedClassificationTask:
         train, val = self.split(seed)
-        return CachedFewShotTask(train, val)
+        return CachedClassificationTask(train, val, TASK_NAME, EVAL_BATCH)
 
-    def final_task(self, seed: int) -> CachedFewShotTask:
-        return CachedFewShotTask(self.split(seed)[0], self.test)
+    def final_task(self, seed: int) -> CachedClassificationTask:
+        return CachedClassificationTask(self.split(seed)[0], self.test, TASK_NAME, EVAL_BATCH)

@@ -20,8 +20,6 @@ import statistics as stats
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 from rankwise.adapters import adapt
 from rankwise.core.arms import select_from_scores
@@ -31,13 +29,16 @@ from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.data import topic_task
 from rankwise.errors import NumericalError
-from rankwise.models.minilm import mean_pool
 from rankwise.optim import LoRAPre, low_rank_param_groups, optimizer_state_bytes
 from rankwise.repro.setup import BySize, experiment_model
 from rankwise.training import TrainConfig, train
+from rankwise.training.cached_classification import CachedClassificationTask, CachedInputs, cache_encoder_inputs
+from rankwise.training.encoder_top import EncoderTopClassifier
 
 TITLE = "Taming Momentum (LoRA-Pre): fine-tuning MiniLM's top layer vs LoRA at the same rank"
 HEAD_LR = 3e-3  # the head's own peak learning rate, identical in every arm (it follows the same schedule)
+TASK_NAME = "wiki-topics (cached prefix)"
+EVAL_BATCH = 64  # examples per evaluation forward (the committed report's chunking)
 
 
 @dataclass(frozen=True)
@@ -62,91 +63,35 @@ FINETUNE_SIZES = BySize(
 )
 
 
-class TopLayerClassifier(nn.Module):
-    """MiniLM's top encoder layer on cached inputs h [B, T, D] (mask [B, T]) -> mean pool -> linear head [B, C]."""
-
-    def __init__(self, layer: nn.Module, hidden: int, num_labels: int) -> None:
-        super().__init__()
-        self.layer = layer
-        self.head = nn.Linear(hidden, num_labels)
-
-    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        additive = (1.0 - mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min  # BERT's extended mask
-        out = self.layer(h, attention_mask=additive)
-        out = out[0] if isinstance(out, tuple) else out
-        return self.head(mean_pool(out, mask))
-
-
-class CachedTopicTask:
-    """Classification on cached top-layer inputs: train (h, mask, labels) and one evaluation set."""
-
-    name = "wiki-topics (cached prefix)"
-    metric = "accuracy"
-    higher_is_better = True
-
-    def __init__(self, train: tuple[torch.Tensor, torch.Tensor, torch.Tensor], evaluation: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
-        self.train_h, self.train_mask, self.train_labels = train
-        self.eval_h, self.eval_mask, self.eval_labels = evaluation
-
-    @property
-    def num_train(self) -> int:
-        return self.train_h.size(0)
-
-    def wrap(self, model: nn.Module) -> nn.Module:
-        return model
-
-    def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"h": self.train_h[indices], "mask": self.train_mask[indices], "labels": self.train_labels[indices]}
-
-    def loss(self, module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(module(batch["h"], batch["mask"]), batch["labels"])
-
-    @torch.no_grad()
-    def evaluate(self, module: nn.Module) -> dict[str, float]:
-        was = module.training
-        module.eval()
-        try:
-            logits = torch.cat([module(self.eval_h[i : i + 64], self.eval_mask[i : i + 64]) for i in range(0, self.eval_h.size(0), 64)])
-        finally:
-            module.train(was)
-        return {"eval_loss": float(F.cross_entropy(logits, self.eval_labels)),
-                "accuracy": float((logits.argmax(-1) == self.eval_labels).float().mean())}
-
-
-@torch.no_grad()
-def _prefix(model, tokenizer, texts: list[str], labels: list[int], max_length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The frozen layers' output (the top layer's input) [N, max_length, D], its mask [N, max_length], labels [N]."""
-    enc = tokenizer(texts, truncation=True, max_length=max_length, padding="max_length", return_tensors="pt")
-    top = len(model.encoder.layer) - 1
-    hs = [model(input_ids=enc["input_ids"][i : i + 64], attention_mask=enc["attention_mask"][i : i + 64],
-                output_hidden_states=True).hidden_states[top] for i in range(0, len(texts), 64)]
-    return torch.cat(hs), enc["attention_mask"].float(), torch.tensor(labels)
-
-
-def _data(s: FinetuneSettings, base, tokenizer):
+def _data(s: FinetuneSettings, base, tokenizer) -> tuple[CachedClassificationTask, CachedClassificationTask, int]:
+    """(held-out task, validation task, classes); both train on the same cached training articles."""
     pool, held_out = topic_task("train"), topic_task("eval", s.eval)
     stride = max(2, len(pool.texts) // s.train)
     train_idx = list(range(0, len(pool.texts), stride))[: s.train]
     val_idx = list(range(stride // 2, len(pool.texts), stride))[: s.val]  # between the training articles
-    pick = lambda idx: ([pool.texts[i] for i in idx], [pool.labels[i] for i in idx])  # noqa: E731
-    train_set = _prefix(base, tokenizer, *pick(train_idx), s.max_length)
-    val_set = _prefix(base, tokenizer, *pick(val_idx), s.max_length)
-    eval_set = _prefix(base, tokenizer, held_out.texts, held_out.labels, s.max_length)
-    n = len(pool.label_names)
-    return CachedTopicTask(train_set, eval_set), CachedTopicTask(train_set, val_set), n
+    top = len(base.encoder.layer) - 1  # the frozen layers' output is the top layer's input
+
+    def cache(idx: list[int]) -> CachedInputs:
+        texts, labels = [pool.texts[i] for i in idx], [pool.labels[i] for i in idx]
+        return cache_encoder_inputs(base, tokenizer, texts, labels, s.max_length, top)
+
+    train_set, val_set = cache(train_idx), cache(val_idx)
+    eval_set = cache_encoder_inputs(base, tokenizer, held_out.texts, held_out.labels, s.max_length, top)
+    return (CachedClassificationTask(train_set, eval_set, TASK_NAME, EVAL_BATCH),
+            CachedClassificationTask(train_set, val_set, TASK_NAME, EVAL_BATCH), len(pool.label_names))
 
 
-def _head_group(module: TopLayerClassifier) -> dict:
+def _head_group(module: EncoderTopClassifier) -> dict:
     return {"params": list(module.head.parameters()), "lr": HEAD_LR, "rank": None}
 
 
 def _factory(kind: str, rank: int):
     """(module, config) -> optimizer; the layer at config.lr, the head at HEAD_LR (same schedule, own peak)."""
 
-    def make(module: TopLayerClassifier, config) -> torch.optim.Optimizer:
-        layer = [p for p in module.layer.parameters() if p.requires_grad]
+    def make(module: EncoderTopClassifier, config) -> torch.optim.Optimizer:
+        layer = [p for p in module.layers.parameters() if p.requires_grad]
         if kind == "lora-pre":
-            groups = low_rank_param_groups(module.layer, rank)
+            groups = low_rank_param_groups(module.layers[0], rank)
             return LoRAPre([*groups, _head_group(module)], lr=config.lr, weight_decay=config.weight_decay, seed=config.seed)
         head = {k: v for k, v in _head_group(module).items() if k != "rank"}
         return torch.optim.AdamW([{"params": layer}, head], lr=config.lr, weight_decay=config.weight_decay)
@@ -155,7 +100,7 @@ def _factory(kind: str, rank: int):
     return make
 
 
-def _build(kind: str, base, s: FinetuneSettings, num_labels: int, seed: int) -> TopLayerClassifier:
+def _build(kind: str, base, s: FinetuneSettings, num_labels: int, seed: int) -> EncoderTopClassifier:
     set_seed(seed)  # the same head initialisation (and LoRA draws) in every arm at this seed
     model = copy.deepcopy(base)
     if kind == "lora":
@@ -168,7 +113,7 @@ def _build(kind: str, base, s: FinetuneSettings, num_labels: int, seed: int) -> 
     hidden = model.config.hidden_size
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        clf = TopLayerClassifier(layer, hidden, num_labels)
+        clf = EncoderTopClassifier([layer], hidden, num_labels)
     return clf
 
 
@@ -177,7 +122,7 @@ def _run(kind: str, base, task, s: FinetuneSettings, num_labels: int, lr: float,
     clf = _build(kind, base, s, num_labels, seed)
     result = train(clf, task, TrainConfig(steps=s.steps, batch_size=s.batch, lr=lr, warmup_ratio=0.1, seed=seed,
                                           weight_decay=0.0), optimizer=_factory(kind, s.rank))
-    layer_params = [p for p in clf.layer.parameters() if p.requires_grad]
+    layer_params = [p for p in clf.layers.parameters() if p.requires_grad]
     state = (optimizer_state_bytes(result.optimizer), optimizer_state_bytes(result.optimizer, layer_params))
     return clf, result, sum(p.numel() for p in layer_params), state
 
@@ -243,8 +188,8 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     report.measure_paired("finetune-beats-lora", pts(lp), pts(lora))
     report.measure_paired("finetune-near-adamw", pts(lp), pts(full))
     report.note(
-        f"MiniLM-L6, 12-class wiki-topics: {task.num_train} training articles, {val_task.eval_h.size(0)} validation "
-        f"articles (other training-split articles), {task.eval_h.size(0)} held-out eval-split articles, {s.max_length} "
+        f"MiniLM-L6, 12-class wiki-topics: {task.num_train} training articles, {len(val_task.evaluation)} validation "
+        f"articles (other training-split articles), {len(task.evaluation)} held-out eval-split articles, {s.max_length} "
         f"tokens. Layers 1-5 frozen (their output cached once); layer 6 adapted; mean pooling + linear head trained at lr "
         f"{HEAD_LR:g} in every arm. Warmup 10% + cosine, clipping at norm 1, no weight decay. Grids: {s.full_lrs} for the "
         f"layer's weights (AdamW, LoRA-Pre), {s.lora_lrs} for the LoRA factors (alpha = 2r on query/key/value/attention "

@@ -14,8 +14,8 @@ from rankwise.adapters import AdaptedModel, LoraConfig
 from rankwise.core.arms import Selection, select_from_scores
 from rankwise.core.progress import say
 from rankwise.core.seed import set_seed
-from rankwise.repro.plop.lm import CachedWindows, TopLayersLM
 from rankwise.training import TrainConfig, train
+from rankwise.training.top_layers_lm import CachedWindows, TopLayersLM
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,12 @@ from rankwise.core.evidence import Claim, ClaimKind, PairedClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
+from rankwise.data.topic_windows import topic_stream, topic_windows
+from rankwise.data.windows import cut_windows
 from rankwise.repro.plop.arms import ArmResult, ArmRunner, Placement
-from rankwise.repro.plop.data import topic_stream, topic_windows, windows
-from rankwise.repro.plop.lm import CachedWindows, TopLayersLM
 from rankwise.repro.setup import BySize, experiment_model
 from rankwise.training.frozen_prefix import FrozenPrefixRunner
+from rankwise.training.top_layers_lm import CachedWindows, TopLayersLM
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def _run(report: Report, s: Settings, seed: int, model, tok) -> Report:
 
     # ---- Part 1: NFN on the task's training text, all layers ------------------------------------------------------
     say("Part 1: NFN scores on SmolLM2")
-    score_windows = windows(topic_stream(tok, "train", s.topic), s.score_len, s.score_examples)
+    score_windows = cut_windows(topic_stream(tok, "train", s.topic), s.score_len, s.score_examples)
     batches = list(score_windows.split(s.score_batch))
     by_seed = nfn_scores_for_seeds(model, batches, [seed, seed + 1, seed + 2], desc="NFN SmolLM2")
     scores = by_seed[seed]

@@ -10,8 +10,8 @@ import math
 import torch
 from torch import nn
 
-from rankwise.repro.plop.lm import TopLayersLM
 from rankwise.training import TrainConfig, train
+from rankwise.training.top_layers_lm import TopLayersLM
 
 
 class _Blocks(nn.Module):

@@ -6,7 +6,7 @@ Card portable-adapter.md (version B, strengthened to the evidence protocol):
 - model and task: SmolLM2-135M-Instruct, the top `top_layers` blocks adapted (LoRA r=8, alpha 16, all seven
   projections) and compressed; the hidden state entering them is cached (`training.frozen_prefix`); next-token loss
   on one wiki topic's articles (train split: training, calibration split: validation, eval split: test), softmax
-  over the topic's token ids (`repro.plop.lm`).
+  over the topic's token ids (`training.top_layers_lm`).
 - operators: training set int8 (per-channel), nf4 (b64), fp4 (E2M1, absmax b64), prune (25% of MLP channels,
   base and adapter masked), skip (one block); held out: int3 (b32), int4 (b32), mxfp4.
 - arms, each with its own learning-rate grid chosen by its own objective on validation, same batch, schedule and
@@ -33,13 +33,13 @@ from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.data.domains import domain_windows
-from rankwise.repro.plop.data import topic_windows
-from rankwise.repro.plop.lm import CachedWindows, TopLayersLM
+from rankwise.data.topic_windows import topic_windows
 from rankwise.repro.portable_adapter.drift import drift_blocks, swap_in
 from rankwise.repro.portable_adapter.report import add_tables, plot
 from rankwise.repro.portable_adapter.runs import ArmResult, ArmRunner, ArmSpec
 from rankwise.repro.setup import BySize, experiment_model
 from rankwise.training.frozen_prefix import FrozenPrefixRunner
+from rankwise.training.top_layers_lm import CachedWindows, TopLayersLM
 
 TRAIN_OPS = ("int8", "nf4", "fp4", "prune", "skip")
 QUANT_OPS = ("int8", "nf4", "fp4")

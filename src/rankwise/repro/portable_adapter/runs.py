@@ -26,9 +26,9 @@ from rankwise.recipes.car_lora import CompressedBase
 from rankwise.core.arms import Selection, select_from_scores
 from rankwise.core.progress import say
 from rankwise.core.seed import set_seed
-from rankwise.repro.plop.lm import CachedWindows, TopLayersLM
 from rankwise.training import TrainConfig, train
 from rankwise.training.car_lora import CarLoraProcedure
+from rankwise.training.top_layers_lm import CachedWindows, TopLayersLM
 
 ADAPTER = "run"
 

@@ -2,9 +2,13 @@
 
 The hidden states entering the first adaptable layer are computed once per window (`FrozenPrefixRunner.prefix`);
 a training step then runs only the top layers, the final norm and the LM head. The head's softmax is taken over the
-task's output vocabulary (the token ids that occur in the topic's text, a few thousand of SmolLM2's 49,152): the
+task's output vocabulary (e.g. the token ids that occur in one topic's text, a few thousand of SmolLM2's 49,152): the
 full-vocabulary head would cost more than the adapted layers themselves on a CPU. The loss is then the NLL of the
-next token given that it is one of the task's tokens, the same restriction for every placement.
+next token given that it is one of the task's tokens, the same restriction for every arm of an experiment.
+
+    task = TopLayersLM(runner, vocab, model.lm_head.weight)           # vocab [V]: sorted token ids
+    index = TopLayersLM.token_index(vocab, model.lm_head.weight.size(0))
+    task.train_set, task.eval_set = CachedWindows(runner, train, index), CachedWindows(runner, validation, index)
 """
 
 from __future__ import annotations
