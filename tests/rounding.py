@@ -52,3 +52,18 @@ def assert_rounding_close(actual: torch.Tensor, expected: torch.Tensor, model: t
     config = _config_of(model)
     tol = network_tol(expected.dtype, max_abs(expected), config.num_hidden_layers, config.hidden_size)
     torch.testing.assert_close(actual, expected, rtol=0, atol=tol)
+
+
+def product_tol(dtype: torch.dtype, *factors: torch.Tensor, slack: float = 2.0) -> float:
+    """Absolute tolerance for a `dtype` evaluation of the chained product factors[0] @ factors[1] @ ... (in any
+    association, with the factors themselves rounded to `dtype`) against the exact one, e.g. a float32 forward
+    against a float64 reference. Higham's worst-case bound: each entry is off by at most n * u * (|F0| @ |F1| @ ...)
+    (first order), with u = eps / 2 and n the roundings on its path (the inner dimensions, plus one per factor);
+    `slack` multiplies n * u. It holds on any CPU and for any summation order; cancellation inside the product does
+    not shrink it, and a wrong factor (a transpose, a missing term) moves the result by O(|product|)."""
+    chain = factors[0].detach().double().abs()
+    roundings = len(factors)
+    for f in factors[1:]:
+        roundings += chain.shape[-1]
+        chain = chain @ f.detach().double().abs()
+    return slack * roundings * torch.finfo(dtype).eps / 2 * float(chain.max())

@@ -19,6 +19,7 @@ from rankwise.adapters import (
 )
 from rankwise.errors import InvalidInputError, UnknownNameError
 from rankwise.models import tiny_bert, tiny_llama
+from rounding import assert_rounding_close, logits_tol
 
 CONFIGS = {
     "lora": lambda **kw: LoraConfig(lora_alpha=16, **kw),
@@ -53,9 +54,10 @@ def test_init_is_identity_and_disable_is_exact(kind, llama):
     ids = _ids()
     ref = base(input_ids=ids).logits
     model = add_adapter(llama, CONFIGS[kind](r=4, target_modules=TARGETS))
-    torch.testing.assert_close(model(input_ids=ids).logits, ref, rtol=0, atol=2e-5)
+    # PiSSA / PiCa rewrite W at init: equal to the base up to rounding, not bit for bit
+    assert_rounding_close(model(input_ids=ids).logits, ref, base)
     _perturb(model)
-    assert (model(input_ids=ids).logits - ref).abs().max() > 1e-4
+    assert (model(input_ids=ids).logits - ref).abs().max() > 100 * logits_tol(base, ref)  # the check above can fail
     with model.adapters_disabled():
         assert torch.equal(model(input_ids=ids).logits, ref)
 
@@ -71,7 +73,7 @@ def test_merge_unmerge_exact_and_idempotent(kind, llama):
     merged = model(input_ids=ids).logits
     model.merge()  # idempotent
     torch.testing.assert_close(model(input_ids=ids).logits, merged, rtol=0, atol=0)
-    torch.testing.assert_close(merged, unmerged, rtol=0, atol=1e-5)
+    assert_rounding_close(merged, unmerged, model)  # W + BA vs W x + B(A x): the same product, another order
     with model.adapters_disabled():  # the merged delta is bypassed too
         with torch.no_grad():
             disabled = model(input_ids=ids).logits
@@ -92,7 +94,7 @@ def test_merge_and_unload_gives_plain_linear(kind, llama):
     expected = model(input_ids=ids).logits
     plain = model.merge_and_unload()
     assert not any(isinstance(m, AdaptedLinear) for m in plain.modules())
-    torch.testing.assert_close(plain(input_ids=ids).logits, expected, rtol=0, atol=1e-5)
+    assert_rounding_close(plain(input_ids=ids).logits, expected, plain)
 
 
 def test_several_adapters_set_delete(llama):

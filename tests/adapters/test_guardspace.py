@@ -8,12 +8,14 @@ import torch
 
 from rankwise.adapters import add_adapter, find_targets, load_adapter
 from rankwise.adapters.guardspace import GuardSpaceConfig
-from rankwise.adapters.guardspace_split import guarded_split, null_space_basis
+from rankwise.adapters.guardspace_split import RECONSTRUCTION_TOL, guarded_split, null_space_basis
 from rankwise.core.calibration import SecondMoment, collect_second_moments
 from rankwise.core.linalg import symmetric_eigh
 from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_llama
-from rounding import assert_rounding_close
+from rounding import assert_rounding_close, logits_tol, network_tol
+
+EPS64 = torch.finfo(torch.float64).eps
 
 pytestmark = pytest.mark.method("guardspace")
 
@@ -47,9 +49,12 @@ def test_projector_is_symmetric_idempotent_and_annihilates_protected_inputs():
     Q = null_space_basis(symmetric_eigh(C), threshold=0.0)
     assert Q.size(0) == 12
     P = Q.T @ Q
-    torch.testing.assert_close(P, P.T, rtol=0, atol=1e-6)
-    torch.testing.assert_close(P @ P, P, rtol=0, atol=1e-6)
-    assert (P @ X).norm() / X.norm() < 1e-6
+    # float64, |P| <= 1, inner products of 32 terms: rounding is ~1e-15; a wrong basis is off by O(1)
+    tol = network_tol(torch.float64, 1.0, 1, 32)
+    torch.testing.assert_close(P, P.T, rtol=0, atol=tol)
+    torch.testing.assert_close(P @ P, P, rtol=0, atol=tol)
+    # eigh's null vectors lean into range(X) by ~eps64 * lambda_max / gap (~1e2 * eps64 here; measured 1e-15)
+    assert (P @ X).norm() / X.norm() < 1e4 * EPS64
 
 
 def test_split_holds_the_smallest_preconditioned_components_and_reconstructs_w():
@@ -63,10 +68,13 @@ def test_split_holds_the_smallest_preconditioned_components_and_reconstructs_w()
         C_d = C + split.damping * C.diagonal().mean() * torch.eye(32, dtype=torch.float64)
         U, S, Vh = torch.linalg.svd(W @ C_d, full_matrices=False)
         adapter = split.B0 @ split.A0
-        torch.testing.assert_close(adapter @ C_d, (U[:, -r:] * S[-r:]) @ Vh[-r:], rtol=0, atol=1e-8 * S[0].item())
+        # float64 SVDs of the same W C_d by two routes: equal to rounding at the scale of the largest singular value
+        torch.testing.assert_close(adapter @ C_d, (U[:, -r:] * S[-r:]) @ Vh[-r:], rtol=0,
+                                   atol=network_tol(torch.float64, S[0].item(), 1, 32))
         frozen = (U[:, :-r] * S[:-r]) @ torch.linalg.solve(C_d, Vh[:-r].T).T
-        assert (frozen + adapter - W).norm() / W.norm() < 1e-4
-        assert split.reconstruction_error < 1e-8
+        # the solve with C_d amplifies float64 rounding by its condition number (~5e6, from the 1e-6 damping)
+        assert (frozen + adapter - W).norm() / W.norm() < 64 * EPS64 * torch.linalg.cond(C_d).item()
+        assert split.reconstruction_error <= RECONSTRUCTION_TOL  # the split's own acceptance test
     balanced = guarded_split(W, eig, r, balanced=True)
     torch.testing.assert_close(balanced.B0.norm(dim=0), balanced.A0.norm(dim=1))
 
@@ -107,7 +115,7 @@ def test_protected_logits_unchanged_after_training(init):
     other = _ids(7, (1, 12))
     with torch.no_grad():
         for seq in _protected():
-            torch.testing.assert_close(model(input_ids=seq).logits, base(input_ids=seq).logits, rtol=0, atol=1e-4)
+            assert_rounding_close(model(input_ids=seq).logits, base(input_ids=seq).logits, base)
         # not vacuous: inputs outside the protected set do change
         assert (model(input_ids=other).logits - base(input_ids=other).logits).abs().max() > 1e-3
 
@@ -129,7 +137,9 @@ def test_effective_update_lies_in_the_null_space():
         Q = adapter.Q.double()
         outside = delta - (delta @ Q.T) @ Q  # the part of the row space outside range(P)
         assert delta.norm() > 0, name
-        assert outside.norm() <= 1e-5 * delta.norm(), name
+        # Q is stored in float32: its rows are orthonormal and delta lies in their span only to fp32 rounding of
+        # inner products of Q.size(0) terms; an update outside the null space leaves an O(|delta|) part
+        assert outside.norm() <= network_tol(torch.float32, 1.0, 1, Q.size(0)) * delta.norm(), name
 
 
 def test_saved_folder_loads_in_peft_and_round_trips(tmp_path):
@@ -181,5 +191,7 @@ def test_real_smollm2_protected_logits_survive_training(smollm2):
         opt.step()
     with torch.no_grad():
         for p, e in zip(protected, expected):
-            torch.testing.assert_close(model(input_ids=p).logits, e, rtol=0, atol=1e-3 * e.abs().max().item())
-        assert (model(input_ids=ids).logits - base(input_ids=ids).logits).abs().max() > 1e-3
+            assert_rounding_close(model(input_ids=p).logits, e, base)
+        # not vacuous: the trained text moves well past the bound above (measured ~3 against a bound of ~0.03)
+        reference = base(input_ids=ids).logits
+        assert (model(input_ids=ids).logits - reference).abs().max() > 10 * logits_tol(base, reference)

@@ -44,7 +44,9 @@ def test_bank_values_on_the_grid_idempotent_and_8_bit_far_better_than_2_bit():
         blocks = q.double().reshape(q.size(0), -1, 16)
         ratio = blocks / blocks.abs().amax(-1, keepdim=True)
         levels = nf_levels(option[0])
-        assert (ratio.unsqueeze(-1) - levels).abs().amin(-1).max() < 1e-6  # every value on the scaled codebook
+        # every value on the scaled codebook, up to the float32 rounding of level * scale, of the block maximum and
+        # of the float32 levels (<= eps / 2 each, relative to |level| <= 1); the nearest other level is > 1e-3 away
+        assert (ratio.unsqueeze(-1) - levels).abs().amin(-1).max() < 4 * torch.finfo(torch.float32).eps
         err[option[0]] = float((q - w).square().mean())
     assert err[8] < 1e-3 * err[2]
 
@@ -72,10 +74,18 @@ def test_bank_apply_restore_and_bad_configurations():
 
 
 class _Task:
-    """Mean squared output of the encoder on fixed token ids (a stand-in task)."""
+    """Mean squared projection of the encoder's output on a fixed direction, on fixed token ids (a stand-in task).
+
+    Not the mean square of the output itself: BERT's last LayerNorm (weight 1, bias 0 at init) makes that a constant,
+    1 - O(1e-12), whose gradients are rounding noise (~1e-10)."""
+
+    direction = torch.randn(32, generator=torch.Generator().manual_seed(5))  # tiny_bert's hidden size
+
+    def of_output(self, h):
+        return (h @ self.direction.to(h.dtype)).pow(2).mean()
 
     def loss(self, module, batch):
-        return module(input_ids=batch["ids"]).last_hidden_state.pow(2).mean()
+        return self.of_output(module(input_ids=batch["ids"]).last_hidden_state)
 
 
 def _procedure(adapted, **options):
@@ -94,7 +104,8 @@ def test_draws_are_a_pure_function_of_seed_step_micro():
 
 
 def test_accumulation_over_two_configurations_equals_the_summed_loss_gradient():
-    adapted = _adapted()
+    # float64: the two sides sum the same per-configuration gradients in different orders
+    adapted = add_adapter(tiny_bert(seed=0).double(), CoaLoraConfig(r=4, target_modules=TARGETS))
     with torch.no_grad():
         for p in adapted.parameters():
             if p.requires_grad:
@@ -108,8 +119,13 @@ def test_accumulation_over_two_configurations_equals_the_summed_loss_gradient():
         configs.append(proc.bank.current)
         bases.append({f"{n}.base_layer.weight": l.base_layer.weight.detach().clone() for n, l in proc.bank.layers.items()})
         (_Task().loss(adapted, {"ids": ids}) / 2).backward()
+        if micro == 0:
+            first = {n: p.grad.clone() for n, p in trainable.items()}
     assert configs[0] != configs[1]
     accumulated = {n: p.grad.clone() for n, p in trainable.items()}
+    # the scale of each tensor's two contributions (their sum may cancel)
+    scale = {n: float((first[n].abs() + (accumulated[n] - first[n]).abs()).max()) for n in trainable}
+    assert all(v > 0 for v in scale.values())
     for p in trainable.values():
         p.grad = None
     names = list(proc.bank.layers)
@@ -117,10 +133,12 @@ def test_accumulation_over_two_configurations_equals_the_summed_loss_gradient():
     for config, weights in zip(configs, bases):  # both configurations' losses in one graph, each with its own base
         for n, layer in proc.bank.layers.items():  # U is computed from the knobs at forward time
             layer.adapters["default"].set_option(config[names.index(n)])
-        total = total + functional_call(adapted, weights, kwargs={"input_ids": ids}).last_hidden_state.pow(2).mean()
+        total = total + _Task().of_output(functional_call(adapted, weights, kwargs={"input_ids": ids}).last_hidden_state)
     (total / 2).backward()
     for n, p in trainable.items():
-        torch.testing.assert_close(p.grad, accumulated[n], rtol=1e-5, atol=1e-7)
+        # float64 (eps 2.2e-16) through a 2-layer encoder: 1e-10 of the contributions' scale is rounding with a
+        # wide margin, and far below what a dropped or mis-based configuration changes
+        torch.testing.assert_close(p.grad, accumulated[n], rtol=0, atol=1e-10 * scale[n])
 
 
 def test_search_keeps_a_segmented_front_and_deploys_within_budget():

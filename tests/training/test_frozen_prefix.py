@@ -8,6 +8,7 @@ from rankwise.core.padding import pad_batch
 from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_llama
 from rankwise.training.frozen_prefix import IGNORE_INDEX, FrozenPrefixRunner
+from rounding import assert_rounding_close
 
 
 def test_prefix_then_top_equals_the_full_forward():
@@ -26,7 +27,8 @@ def test_prefix_then_top_equals_the_full_forward():
     with torch.no_grad():
         for s, t, logits in zip(ids, targets, per_seq):
             full = model(input_ids=s[None]).logits[0]
-            torch.testing.assert_close(logits, full[t != IGNORE_INDEX], rtol=1e-5, atol=1e-5)
+            # padded batches of 2 against one unpadded sequence: other shapes, other summation orders
+            assert_rounding_close(logits, full[t != IGNORE_INDEX], model)
         loss = runner.loss(pad_batch(hs, 0.0), pad_batch(targets, IGNORE_INDEX))
     assert torch.isfinite(loss)
     with pytest.raises(InvalidInputError):

@@ -28,6 +28,7 @@ from rankwise.models import tiny_bert, tiny_llama
 from rankwise.adapters import adapt
 from rankwise.training import ClassificationTask, LanguageModelingTask, TrainConfig, train
 from rankwise.training.optimizers import adamw, lora_pre
+from rounding import network_tol
 
 pytestmark = [pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
               pytest.mark.method("lora-pre")]
@@ -225,7 +226,10 @@ def test_finetune_command_under_torchrun(tmp_path):
     assert done.stdout.count("wrote") == 1 and "on 2 processes" in done.stdout  # rank 0 alone reports and writes
     one, two = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("one", "two"))
     assert two["world_size"] == 2 and two["tokens_seen"] == one["tokens_seen"] == 3 * 4 * 16
-    # fp32 here: the first loss differs only by reassociation; later ones by fp32-rounded updates (rel 1e-4 is ~1e3 u)
-    assert [h["loss"] for h in two["history"]] == pytest.approx([h["loss"] for h in one["history"]], rel=1e-4)
+    # fp32 here (the CLI's dtype): the first loss differs only by reassociation, the network bound of the 1-layer,
+    # width-64 model at |loss| ~ 11 (~7e-4; measured 5e-7); later ones also by AdamW steps from rounding-different
+    # gradients, whose large relative changes fall on near-zero gradient entries, to which the loss is insensitive
+    losses = [h["loss"] for h in one["history"]]
+    assert [h["loss"] for h in two["history"]] == pytest.approx(losses, rel=0, abs=network_tol(torch.float32, max(losses), 1, 64))
     verify_manifest(tmp_path / "two" / "adapter")
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["adapter", "checkpoint", "metrics.json", "rankwise-run.json"]  # no leftovers
