@@ -123,6 +123,27 @@ def test_finetune_la_lora_writes_a_peft_folder_with_the_same_outputs(tmp_path):
     assert (a - head_only).abs().max() > 1e-3
 
 
+@pytest.mark.real_model
+def test_finetune_la_lora_processes_engine_equals_in_process(tmp_path):
+    # the command line's model is rebuilt in each client process (`_builder`): the same trained adapter, bit for bit
+    from safetensors.torch import load_file
+
+    from rankwise.cli import main
+
+    def run(engine: str):
+        out = tmp_path / engine
+        assert main(["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "lora", "--rank", "2",
+                     "--targets", "query,value", "--top-k-layers", "1", "--procedure", "la-lora",
+                     "--procedure-option", "clients=2", "--procedure-option", "rounds=1",
+                     "--procedure-option", "local_steps=1", "--procedure-option", "epsilon=8",
+                     "--procedure-option", f"engine={engine}", "--batch-size", "4", "--lr", "0.5", "--seq-len", "16",
+                     "--train-examples", "24", "--eval-examples", "8", "--checkpoint-every", "0", "--out", str(out)]) == 0
+        return load_file(out / "adapter" / "adapter_model.safetensors")
+
+    here, there = run("inprocess"), run("processes")
+    assert here.keys() == there.keys() and all(torch.equal(here[k], there[k]) for k in here)
+
+
 def test_finetune_la_lora_bad_options_are_clear_errors(tmp_path, capsys):
     from rankwise.cli import main
 

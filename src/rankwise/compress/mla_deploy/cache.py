@@ -28,6 +28,8 @@ class PreallocatedLayer(DynamicLayer):
         self.chunk = chunk
         self._key_buffer: torch.Tensor | None = None
         self._value_buffer: torch.Tensor | None = None
+        self._views: tuple[torch.Tensor, torch.Tensor] | None = None  # the `keys`/`values` the last append set
+        self._length = 0  # tokens in them
 
     def _owns(self) -> bool:
         """Whether `keys`/`values` are still views of our buffers (crop, reorder or batch ops of transformers
@@ -39,16 +41,23 @@ class PreallocatedLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        length = self.keys.shape[-2] if self.keys.numel() else 0
+        views = self._views
+        if views is not None and self.keys is views[0] and self.values is views[1]:
+            length = self._length  # decoding: nothing touched the cache since our last append (checked per layer and step)
+        else:
+            length = self.keys.shape[-2] if self.keys.numel() else 0
+            if not (length and self._owns()):
+                self._key_buffer = self._value_buffer = None  # adopt transformers' tensors (a crop keeps our buffers)
         new = key_states.shape[-2]
-        if not (length and self._owns()) or length + new > self._key_buffer.shape[-2]:
+        if self._key_buffer is None or length + new > self._key_buffer.shape[-2]:
             capacity = length + new + self.chunk
             self._key_buffer = self._grow(self.keys, key_states, length, capacity)
             self._value_buffer = self._grow(self.values, value_states, length, capacity)
-        self._key_buffer[..., length:length + new, :].copy_(key_states)
-        self._value_buffer[..., length:length + new, :].copy_(value_states)
-        self.keys = self._key_buffer[..., : length + new, :]
-        self.values = self._value_buffer[..., : length + new, :]
+        self._key_buffer.narrow(-2, length, new).copy_(key_states)
+        self._value_buffer.narrow(-2, length, new).copy_(value_states)
+        self.keys = self._key_buffer.narrow(-2, 0, length + new)
+        self.values = self._value_buffer.narrow(-2, 0, length + new)
+        self._views, self._length = (self.keys, self.values), length + new
         return self.keys, self.values
 
     @staticmethod
@@ -59,7 +68,7 @@ class PreallocatedLayer(DynamicLayer):
         return buffer
 
     def reset(self) -> None:
-        self._key_buffer = self._value_buffer = None
+        self._key_buffer = self._value_buffer = self._views = None
         super().reset()
 
 
