@@ -42,6 +42,9 @@ def _case(procedure, options, match, slug=None):
     _case("la-lora", ["colour=blue"], "has no option(s) ['colour']"),
     _case("la-lora", ["rounds=two"], "option rounds must be int, got 'two'"),
     _case("la-lora", ["arm=fedsa"], "option arm must be one of"),
+    _case("la-lora", ["clients=0"], "clients must be at least 1"),
+    _case("la-lora", ["beta=-0.5"], "beta must be > 0 (Dirichlet) or 0 (IID)"),
+    _case("la-lora", ["epsilon=3", "noise_multiplier=1.0"], "not both"),
 ])
 def test_a_bad_procedure_option_is_refused_before_the_model_loads(no_model_load, tmp_path, capsys, procedure, options, match):
     flags = [x for o in options for x in ("--procedure-option", o.format(tmp=tmp_path))]

@@ -109,6 +109,17 @@ def _builder(run_config: Mapping[str, Any], task: Any) -> tuple[str, dict[str, A
             {"base": {"embedded": run_config["model"]}, "num_labels": task.num_labels, "adapter": adapter})
 
 
+def check_option_values(options: Mapping[str, Any]) -> None:
+    """The checks of the given options that need neither the module nor the task (run by `finetune` before the
+    model loads, through the procedure table, and again by the builder); their types are checked already."""
+    if "noise_multiplier" in options and "epsilon" in options:
+        raise InvalidInputError("give epsilon (a target) or noise_multiplier, not both")
+    if options.get("clients", OPTIONS["clients"][1]) < 1:
+        raise InvalidInputError(f"procedure la-lora option clients must be at least 1, got {options['clients']}")
+    if options.get("beta", OPTIONS["beta"][1]) < 0:
+        raise InvalidInputError(f"procedure la-lora option beta must be > 0 (Dirichlet) or 0 (IID), got {options['beta']}")
+
+
 def la_lora_procedure(module: nn.Module, task: Any, seed: int, **options: Any) -> LaLoraProcedure:
     """The builder `rankwise finetune --procedure la-lora --procedure-option KEY=VALUE` calls (options: see OPTIONS)."""
     unknown = sorted(set(options) - set(OPTIONS))
@@ -125,12 +136,7 @@ def la_lora_procedure(module: nn.Module, task: Any, seed: int, **options: Any) -
         raise InvalidInputError(f"procedure la-lora option optimizer must be one of {list(OPTIMIZERS)}, got {values['optimizer']!r}")
     if values["engine"] not in ENGINES:
         raise InvalidInputError(f"procedure la-lora option engine must be one of {list(ENGINES)}, got {values['engine']!r}")
-    if "noise_multiplier" in options and "epsilon" in options:
-        raise InvalidInputError("give epsilon (a target) or noise_multiplier, not both")
-    if values["clients"] < 1:
-        raise InvalidInputError(f"procedure la-lora option clients must be at least 1, got {values['clients']}")
-    if values["beta"] < 0:
-        raise InvalidInputError(f"procedure la-lora option beta must be > 0 (Dirichlet) or 0 (IID), got {values['beta']}")
+    check_option_values(options)
     if not hasattr(task, "train_labels"):
         raise InvalidInputError("procedure la-lora trains a classifier: use --task wiki-topics")
     if values["clients"] * 1 > task.num_train:

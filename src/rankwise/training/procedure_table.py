@@ -110,8 +110,10 @@ _register("coa-lora", coa_lora_procedure, ProcedureOptions({
 from rankwise.adapters.la_lora import ARMS, OPTIMIZERS  # noqa: E402
 from rankwise.training.federated import ENGINES  # noqa: E402
 from rankwise.training.la_lora_procedure import OPTIONS as LA_LORA_OPTIONS  # noqa: E402
+from rankwise.training.la_lora_procedure import check_option_values as check_la_lora  # noqa: E402
 from rankwise.training.la_lora_procedure import la_lora_procedure  # noqa: E402
 
 _LA_LORA_CHOICES = {"arm": ARMS, "optimizer": OPTIMIZERS, "engine": ENGINES}
 _register("la-lora", la_lora_procedure, ProcedureOptions(
-    {name: ProcedureOption(types, choices=_LA_LORA_CHOICES.get(name)) for name, (types, _) in LA_LORA_OPTIONS.items()}))
+    {name: ProcedureOption(types, choices=_LA_LORA_CHOICES.get(name)) for name, (types, _) in LA_LORA_OPTIONS.items()},
+    check=check_la_lora))
