@@ -125,14 +125,16 @@ def test_finetune_la_lora_writes_a_peft_folder_with_the_same_outputs(tmp_path):
 
 @pytest.mark.real_model
 def test_finetune_la_lora_processes_engine_equals_in_process(tmp_path):
-    # the command line's model is rebuilt in each client process (`_builder`): the same trained adapter, bit for bit
+    # the command line's model is rebuilt in each client process (`_builder`): the same trained adapter, bit for bit.
+    # The client processes run one thread each (federated_worker), so the in-process run gets one thread too
+    # (--threads 1): matmuls split over another thread count round differently.
     from safetensors.torch import load_file
 
     from rankwise.cli import main
 
     def run(engine: str):
         out = tmp_path / engine
-        assert main(["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "lora", "--rank", "2",
+        assert main(["--threads", "1", "finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "lora", "--rank", "2",
                      "--targets", "query,value", "--top-k-layers", "1", "--procedure", "la-lora",
                      "--procedure-option", "clients=2", "--procedure-option", "rounds=1",
                      "--procedure-option", "local_steps=1", "--procedure-option", "epsilon=8",
@@ -140,7 +142,11 @@ def test_finetune_la_lora_processes_engine_equals_in_process(tmp_path):
                      "--train-examples", "24", "--eval-examples", "8", "--checkpoint-every", "0", "--out", str(out)]) == 0
         return load_file(out / "adapter" / "adapter_model.safetensors")
 
-    here, there = run("inprocess"), run("processes")
+    threads = torch.get_num_threads()
+    try:
+        here, there = run("inprocess"), run("processes")
+    finally:
+        torch.set_num_threads(threads)  # --threads is process-wide: the rest of the suite keeps its own
     assert here.keys() == there.keys() and all(torch.equal(here[k], there[k]) for k in here)
 
 
