@@ -4,8 +4,9 @@ Set-up (CPU scale of the paper's NLP experiment): all-MiniLM-L6-v2 on the 12-cla
 the training articles split across clients by a label-skewed Dirichlet(beta); LoRA (r=8) on the top layer's FFN
 output projection plus a new linear head, both trained with DP-SGD (per-sample clipping C, Gaussian noise, Poisson
 sampling), the frozen prefix cached (`features`). Flower runs the federation (in-process engine), FedAvg over the
-sampled clients each round. For each target epsilon (1 and 8, delta 1e-5, per client, Opacus RDP accountant over
-every local step) the noise multiplier of each client is computed from its sampling rate and step count.
+sampled clients each round. For each target epsilon (1 and 3, the paper's strictest and loosest budgets; delta
+1e-5, per client, Opacus RDP accountant over every local step) the noise multiplier of each client is computed from
+its sampling rate and step count.
 
 Arms (the same DP machinery, clipping, noise and head): LA-LoRA (alternate B/A per local step + binomial filter),
 DP-LoRA (A and B together), FFA-LoRA (A frozen), RoLoRA (alternate per round). Each arm and epsilon gets its own
@@ -36,6 +37,7 @@ from rankwise.training.partition import dirichlet_partition
 
 DATA_SEED = 4321
 DELTA = 1e-5
+PAPER_MAX_EPSILON = 3.0  # the paper's budgets are epsilon in {1, 2, 3}
 NAMES = {"la-lora": "LA-LoRA", "dp-lora": "DP-LoRA", "ffa-lora": "FFA-LoRA", "rolora": "RoLoRA"}
 
 
@@ -65,22 +67,20 @@ SIZES = BySize(
     # full: one run ~5-6 s at 1 thread; 4 arms x 2 epsilons x (6-8 grid points + 4 more seeds) fits 15 minutes. The
     # first full run's grid (0.5, 1, 2; two extensions) left DP-LoRA at epsilon=1 on its low edge (0.125): widened.
     full=Settings(train=2400, val=400, test=600, max_length=32, clients=8, per_round=4, beta=0.5, rounds=40, local_steps=5,
-                  batch=32, rank=8, clip=1.0, epsilons=(1.0, 8.0), lr_grid=(0.0625, 0.125, 0.25, 0.5, 1.0, 2.0), max_extend=2,
+                  batch=32, rank=8, clip=1.0, epsilons=(1.0, 3.0), lr_grid=(0.0625, 0.125, 0.25, 0.5, 1.0, 2.0), max_extend=2,
                   seeds=5),
 )
 
 
 def _declare(report: Report, epsilons: tuple[float, ...]) -> None:
-    hard = min(epsilons)
-    for base in ("dp-lora", "ffa-lora", "rolora"):
-        report.declare(PairedClaim(f"la-lora-vs-{base}@eps{hard:g}", f"per-seed test accuracy LA-LoRA - {NAMES[base]} at "
-                                   f"epsilon={hard:g} (points)", ">", 0.0, kind=ClaimKind.PAPER))
+    # the paper's budgets are epsilon in {1, 2, 3}: a comparison there is a paper claim; another budget (the smoke
+    # size's 8) is reported without deciding anything
     for eps in epsilons:
-        if eps == hard:
-            continue
+        within = eps <= PAPER_MAX_EPSILON
         for base in ("dp-lora", "ffa-lora", "rolora"):
             report.declare(PairedClaim(f"la-lora-vs-{base}@eps{eps:g}", f"per-seed test accuracy LA-LoRA - {NAMES[base]} at "
-                                       f"epsilon={eps:g} (points); the paper reports epsilon <= 3 only", ">", 0.0, kind=None))
+                                       f"epsilon={eps:g} (points)" + ("" if within else "; the paper reports epsilon <= 3 only"),
+                                       ">", 0.0, kind=ClaimKind.PAPER if within else None))
     for eps in epsilons:
         report.declare(Claim(f"privacy-ledger@eps{eps:g}", f"max over runs and clients of the epsilon spent (RDP accountant, "
                              f"delta={DELTA:g}) / the target {eps:g}", "<=", 1.0, kind=ClaimKind.INVARIANT))
@@ -161,7 +161,6 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                 "trainable_params": first["trainable"], "epsilon": eps})
     report.check_budgets_matched(["rounds", "clients_per_round", "local_steps", "batch", "trainable_params"])
 
-    hard = min(s.epsilons)
     for eps in s.epsilons:
         for base in ("dp-lora", "ffa-lora", "rolora"):
             report.measure_paired(f"la-lora-vs-{base}@eps{eps:g}", tests[("la-lora", eps)], tests[(base, eps)])
@@ -169,7 +168,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     report.measure("prefix-cache-exact", tail_error)
     report.measure("learns-above-chance", min(min(tests[(a, max(s.epsilons))]) for a in ARMS) / 100)
     _tables(report, s, chosen, tests, runs, seeds, parts, feats["train"]["labels"])
-    _notes(report, s, parts, hard)
+    _notes(report, s, parts)
     report.plots["accuracy"] = _plot(s, tests)
     return report.finish()
 
@@ -195,7 +194,7 @@ def _tables(report: Report, s: Settings, chosen, tests, runs, seeds, parts, labe
         c.add(client=i, examples=len(p), classes_present=int((counts > 0).sum()), largest_class_share=float(counts.max()) / len(p))
 
 
-def _notes(report: Report, s: Settings, parts, hard: float) -> None:
+def _notes(report: Report, s: Settings, parts) -> None:
     report.note(f"Data: {s.train} wiki-topic training texts split over {s.clients} clients by Dirichlet(beta={s.beta}) over "
                 f"labels (sizes {[len(p) for p in parts]}, at least one batch each); validation {s.val} other training "
                 f"articles; test {s.test} eval-split articles; {s.max_length} tokens.")
@@ -208,8 +207,8 @@ def _notes(report: Report, s: Settings, parts, hard: float) -> None:
     report.note(f"Model: all-MiniLM-L6-v2 frozen; LoRA r={s.rank}, alpha={s.rank} on encoder.layer.5.output.dense (1536->384) "
                 "and a new 12-way head; the prefix below that projection is cached (exactness is an invariant claim). "
                 "The paper adapts every layer's attention of RoBERTa/Swin: this is a one-module CPU-scale stand-in.")
-    report.note(f"Paper claims are the epsilon={hard:g} comparisons (the paper's strictest budget); other epsilons are reported "
-                "as unclassified claims. Intervals are over training seeds on one fixed test set.")
+    report.note(f"Paper claims are the comparisons at epsilon <= {PAPER_MAX_EPSILON:g} (the paper's budgets); another epsilon "
+                "would be reported as an unclassified claim. Intervals are over training seeds on one fixed test set.")
 
 
 def _plot(s: Settings, tests):
