@@ -158,6 +158,14 @@ def half_decade_neighbour(value: float, up: bool) -> float:
     return HALF_DECADES[min(i + 1, len(HALF_DECADES) - 1)] if up else HALF_DECADES[max(i - 1, 0)]
 
 
+def grid_step_neighbour(grid: Sequence[float]) -> Callable[[float, bool], float]:
+    """For `select_with_extension`: the value beyond an edge at the grid's own geometric step (grid[1] / grid[0] of
+    the sorted grid; 3 for a one-point grid), e.g. 1e-4 below a grid 3e-4, 1e-3, 3e-3 ... ."""
+    values = sorted(grid)
+    ratio = values[1] / values[0] if len(values) > 1 else 3.0
+    return lambda value, up: value * ratio if up else value / ratio
+
+
 def select_with_extension(grid: Sequence[float], score: Callable[[float], float], higher_is_better: bool,
                           param: str = "", max_extend: int = 1,
                           neighbour: Callable[[float, bool], float] = half_decade_neighbour) -> Selection:

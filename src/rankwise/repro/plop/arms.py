@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rankwise.adapters import AdaptedModel, LoraConfig
-from rankwise.core.arms import Selection, select_from_scores
+from rankwise.core.arms import Selection, grid_step_neighbour, select_with_extension
 from rankwise.core.progress import say
 from rankwise.core.seed import set_seed
 from rankwise.training import TrainConfig, train
@@ -72,25 +72,15 @@ class ArmRunner:
     def tune_and_run(self, placement: Placement, grid: tuple[float, ...], seeds: list[int], max_extensions: int) -> ArmResult:
         """Choose the lr on validation (seed `seeds[0]`, grid extended off an edge), then run the other seeds at it."""
         runs: dict[float, RunResult] = {}
-        values = sorted(grid)
-        ratio = values[1] / values[0] if len(values) > 1 else 3.0
-        for lr in values:
+
+        def validation_nll(lr: float) -> float:
             runs[lr] = self.run(placement, lr, seeds[0])
             say(f"{placement.name}: lr {lr:.3g} -> validation NLL {runs[lr].val_nll:.4f}")
-        selection = self._select(runs)
-        for _ in range(max_extensions):
-            if selection.edge is None:
-                break
-            lr = min(runs) / ratio if selection.edge == "low" else max(runs) * ratio
-            runs[lr] = self.run(placement, lr, seeds[0])
-            say(f"{placement.name}: grid extended, lr {lr:.3g} -> validation NLL {runs[lr].val_nll:.4f}")
-            selection = self._select(runs)
+            return runs[lr].val_nll
+
+        selection = select_with_extension(grid, validation_nll, higher_is_better=False, param="lr",
+                                          max_extend=max_extensions, neighbour=grid_step_neighbour(grid))
         arm = ArmResult(placement, selection, runs)
         # The seed-`seeds[0]` run at the chosen lr is that seed's run (it was trained exactly so); the rest are new.
         arm.seed_runs = [runs[arm.lr]] + [self.run(placement, arm.lr, sd) for sd in seeds[1:]]
         return arm
-
-    @staticmethod
-    def _select(runs: dict[float, RunResult]) -> Selection:
-        grid = sorted(runs)
-        return select_from_scores(grid, [runs[lr].val_nll for lr in grid], higher_is_better=False, param="lr")

@@ -23,7 +23,7 @@ import torch
 
 from rankwise.adapters import AdaptedModel, LoraConfig
 from rankwise.recipes.car_lora import CompressedBase
-from rankwise.core.arms import Selection, select_from_scores
+from rankwise.core.arms import Selection, grid_step_neighbour, select_with_extension
 from rankwise.core.progress import say
 from rankwise.core.seed import set_seed
 from rankwise.training import TrainConfig, train
@@ -87,20 +87,16 @@ class ArmRunner:
             return self.task.nll(data)
 
     def tune_and_run(self, spec: ArmSpec, grid: tuple[float, ...], seeds: list[int], max_extensions: int) -> ArmResult:
+        """Choose the lr on validation (seed `seeds[0]`, grid extended off an edge), then run the other seeds at it."""
         runs: dict[float, Run] = {}
-        values = sorted(grid)
-        ratio = values[1] / values[0] if len(values) > 1 else 3.0
-        for lr in values:
+
+        def validation_nll(lr: float) -> float:
             runs[lr] = self.run(spec, lr, seeds[0])
             say(f"{spec.name}: lr {lr:.3g} -> validation NLL {runs[lr].val_nll:.4f}")
-        selection = _select(runs)
-        for _ in range(max_extensions):
-            if not selection.on_edge:
-                break
-            lr = min(runs) / ratio if selection.edge == "low" else max(runs) * ratio
-            runs[lr] = self.run(spec, lr, seeds[0])
-            say(f"{spec.name}: extended to lr {lr:.3g} -> validation NLL {runs[lr].val_nll:.4f}")
-            selection = _select(runs)
+            return runs[lr].val_nll
+
+        selection = select_with_extension(grid, validation_nll, higher_is_better=False, param="lr",
+                                          max_extend=max_extensions, neighbour=grid_step_neighbour(grid))
         chosen = float(selection.chosen)
         seed_runs = [runs[chosen]] + [self.run(spec, chosen, s) for s in seeds[1:]]
         return ArmResult(spec, selection, runs, seed_runs)
@@ -117,8 +113,3 @@ class ArmRunner:
             return {op: self.nll_under(op, data, base) for op in ops}
         finally:
             self.adapted.delete_adapter(ADAPTER)
-
-
-def _select(runs: dict[float, Run]) -> Selection:
-    grid = sorted(runs)
-    return select_from_scores(grid, [runs[lr].val_nll for lr in grid], higher_is_better=False, param="lr")
