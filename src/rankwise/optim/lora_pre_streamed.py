@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rankwise.optim.low_rank_regression import _RIDGE_FLOOR
+from rankwise.optim.low_rank_regression import ridge_regularized
 
 # Rows per block are chosen so that a block holds about this many entries: 128k float32 numbers (512 KiB) per
 # [rows, q] temporary. The block's gradient, its |g| and the two reconstructions then stay in a 2 MiB L2 cache;
@@ -55,23 +55,16 @@ class AdamFactorStep:
 
 def regularized_inverse(gram: torch.Tensor, ridge: float) -> torch.Tensor:
     """(G_i + lambda_i I)^-1 for a stack gram [n, r, r] of symmetric PSD matrices, lambda_i = max(ridge trace/r,
-    floor) as in `ridge_solve_batched`. Inverted in float32 at least.
+    floor) as in `ridge_regularized`. Inverted in float32 at least.
 
     By Cholesky: the ridge makes each system positive definite, and on a CPU a batched Cholesky inverse is ~30x
     faster than a batched LU solve with q right-hand sides (MKL's batched getrs). A system that rounding left
     indefinite falls back to LU."""
-    regularized = _regularized(gram, ridge)
+    regularized = ridge_regularized(gram, ridge)
     factor, info = torch.linalg.cholesky_ex(regularized)
     if bool(info.any()):
         return torch.linalg.inv(regularized)
     return torch.cholesky_inverse(factor)
-
-
-def _regularized(gram: torch.Tensor, ridge: float) -> torch.Tensor:
-    r = gram.shape[-1]
-    work = gram.float() if gram.dtype in (torch.float16, torch.bfloat16) else gram
-    lam = (torch.diagonal(work, dim1=-2, dim2=-1).sum(-1) * (ridge / r)).clamp_min_(_RIDGE_FLOOR)  # [n]
-    return work + lam[:, None, None] * torch.eye(r, dtype=work.dtype, device=work.device)
 
 
 @torch.no_grad()

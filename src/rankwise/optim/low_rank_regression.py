@@ -58,15 +58,20 @@ def newton_factor_step_(b: torch.Tensor, a: torch.Tensor, target: torch.Tensor, 
     a.mul_(1.0 - gamma).add_(a_target.to(a.dtype), alpha=gamma)
 
 
-def ridge_solve_batched(gram: torch.Tensor, rhs: torch.Tensor, ridge: float = DEFAULT_RIDGE) -> torch.Tensor:
-    """`ridge_solve` for a stack: gram [n, r, r] (each symmetric PSD), rhs [n, r, k] -> [n, r, k].
-
-    Each system gets its own lambda = max(ridge * trace(G_i)/r, floor), computed as a tensor (no host sync)."""
+def ridge_regularized(gram: torch.Tensor, ridge: float = DEFAULT_RIDGE) -> torch.Tensor:
+    """G_i + lambda_i I for a stack gram [n, r, r], lambda_i = max(ridge * trace(G_i)/r, floor), computed as a tensor
+    (no host sync); float32 at least, whatever the Grams' dtype."""
     r = gram.shape[-1]
     work = gram.float() if gram.dtype in (torch.float16, torch.bfloat16) else gram
     lam = (torch.diagonal(work, dim1=-2, dim2=-1).sum(-1) * (ridge / r)).clamp_min_(_RIDGE_FLOOR)  # [n]
-    regularized = work + lam[:, None, None] * torch.eye(r, dtype=work.dtype, device=work.device)
-    return torch.linalg.solve(regularized, rhs.to(work.dtype))
+    return work + lam[:, None, None] * torch.eye(r, dtype=work.dtype, device=work.device)
+
+
+def ridge_solve_batched(gram: torch.Tensor, rhs: torch.Tensor, ridge: float = DEFAULT_RIDGE) -> torch.Tensor:
+    """`ridge_solve` for a stack: gram [n, r, r] (each symmetric PSD), rhs [n, r, k] -> [n, r, k], each system with
+    its own lambda (`ridge_regularized`)."""
+    regularized = ridge_regularized(gram, ridge)
+    return torch.linalg.solve(regularized, rhs.to(regularized.dtype))
 
 
 @torch.no_grad()
