@@ -42,7 +42,7 @@ def measure(arm: str, batch_size: int, steps: int) -> dict:
     from rankwise.models import load_model
     from rankwise.optim.zeroth_order import SPSA, step_seed
     from rankwise.training import topic_classification
-    from rankwise.training.lmao import lmao_procedure
+    from rankwise.optim.lmao.procedure import lmao_procedure
 
     torch.manual_seed(0)
     model, tok = load_model("minilm-l6")

@@ -71,7 +71,7 @@ def main() -> None:
              "1 thread)", "",
              f"Best of {args.repeats}; torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, "
              f"1-minute load average {load:.1f} at the end (the machine is shared: ratios are the numbers to read).",
-             f"Parameters: " + ", ".join(f"{k} {v}" for k, v in params.items()) + ".", "",
+             "Parameters: " + ", ".join(f"{k} {v}" for k, v in params.items()) + ".", "",
              "| model | batch | fwd+bwd ms | saved for backward MiB | time / LRNN's | memory / LRNN's |",
              "|---|---|---|---|---|---|"]
     for k, pts in rows.items():

@@ -90,3 +90,20 @@ def resolve(target: str) -> Any:
     module, _, attr = target.partition(":")
     mod = importlib.import_module(module)
     return getattr(mod, attr) if attr else mod
+
+
+def literal(target: str) -> Any:
+    """The value of a module-level constant written as a Python literal ("module:NAME" bound by `NAME = (...)` or
+    `NAME: type = {...}`), read from the module's source without importing it: what the CLI's choices are built
+    from, so that they are the source of truth itself rather than a copy. A dict gives its dict."""
+    import ast
+
+    module, _, name = target.partition(":")
+    source = _module_source(module)
+    if source is None or not name:
+        raise LookupError(f"{target}: not a rankwise module constant")
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value is not None:
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{target}: no literal assignment of {name} in {source}")

@@ -10,7 +10,7 @@ from rankwise.adapters.peso import (
 from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_llama
 from rankwise.training import LanguageModelingTask, TrainConfig, train
-from rankwise.training.peso import PesoProcedure
+from rankwise.adapters.peso.procedure import PesoProcedure
 from rounding import max_abs, network_tol
 
 pytestmark = pytest.mark.method("peso")

@@ -3,7 +3,6 @@
 
 import pytest
 import torch
-from torch.nn import functional as F
 
 from rankwise.adapters import AdaptedModel
 from rankwise.adapters.plop import nfn_scores

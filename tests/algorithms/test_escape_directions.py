@@ -11,7 +11,7 @@ from rankwise.algorithms.escape_directions import (
     optimal_escape_direction, parameter_norm, rank_one_share, relu_gap, sigma_ratio, to_sphere, toy_data,
     toy_rank_two_escape, train_from_init,
 )
-from rankwise.core.linalg import few_threads
+from rankwise.core.threads import limit_threads
 from rankwise.errors import RankwiseError
 
 pytestmark = pytest.mark.method("escape-directions")
@@ -21,7 +21,7 @@ EPS = torch.finfo(torch.float64).eps
 @pytest.fixture(autouse=True)
 def _one_thread():
     """Thousands of tiny matmuls: a second intra-op thread only spin-waits (100x slower on a shared machine)."""
-    with few_threads(1):
+    with limit_threads(1, at_most=True):
         yield
 
 

@@ -85,30 +85,38 @@ def test_every_flag_has_help_and_shows_its_default():
     assert not no_default, f"optional flags whose help shows no default: {no_default}"
 
 
-def test_choices_mirror_their_sources():
-    """The parsers' name tables (kept as plain data so start-up imports no torch) equal the libraries' own."""
+def test_choices_are_their_sources():
+    """The parsers' name tables, derived without importing torch (registry records, source literals), equal the
+    libraries' own tables."""
     from rankwise.adapters import available_methods
     from rankwise.commands import choices
     from rankwise.compress.mla.allocation import ALLOCATIONS, SCORES
     from rankwise.compress.mla.calibration import DEFAULT_SAMPLES, DEFAULT_SEQ_LEN
     from rankwise.compress.mla.factorize import ALIASES, METHODS
     from rankwise.compress.mla_deploy.rope import SELECTIONS
-    from rankwise.training.optimizers import OPTIMIZERS
+    from rankwise.core.training.schedule import DECAYS
+    from rankwise.registry.tables import optimizer_entries, procedure_entries
+    from rankwise.training.optimizers import optimizer_factory
 
     assert choices.MLA_METHODS == tuple(sorted([*METHODS, *ALIASES]))
     assert choices.MLA_ALLOCATIONS == ALLOCATIONS and choices.MLA_SCORES == SCORES
     assert (choices.MLA_CALIB_SAMPLES, choices.MLA_CALIB_SEQ_LEN) == (DEFAULT_SAMPLES, DEFAULT_SEQ_LEN)
     assert choices.ROPE_SELECTIONS == tuple(sorted(SELECTIONS))
     assert choices.ADAPTER_METHODS == tuple(available_methods())
-    assert choices.OPTIMIZERS == tuple(sorted(OPTIMIZERS))
-    from rankwise.training import procedure_table  # noqa: F401  (fills PROCEDURES)
-    from rankwise.training.procedures import PROCEDURES
-
-    assert choices.PROCEDURES == tuple(sorted(PROCEDURES))
-    from rankwise.training.schedule import DECAYS
-
+    assert choices.OPTIMIZERS == tuple(sorted(optimizer_entries()))
+    assert choices.PROCEDURES == tuple(sorted(procedure_entries()))
     assert choices.DECAYS == DECAYS
-    assert set(choices.UNCHECKPOINTABLE_OPTIMIZERS) <= set(OPTIMIZERS)
+    assert set(choices.UNCHECKPOINTABLE_OPTIMIZERS) <= set(choices.OPTIMIZERS)
+    for name, entry in optimizer_entries().items():  # every named optimizer builds
+        assert callable(optimizer_factory(name, 4 if entry.low_rank else None))
+
+
+def test_a_literal_is_read_from_source_and_a_missing_one_is_refused():
+    from rankwise.targets import literal
+
+    assert literal("rankwise.core.training.schedule:DECAYS") == ("cosine", "linear", "constant")
+    with pytest.raises(LookupError):
+        literal("rankwise.core.training.schedule:NO_SUCH_NAME")
 
 
 def test_output_into_a_closed_pipe_is_not_a_traceback():

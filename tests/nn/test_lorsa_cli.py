@@ -1,7 +1,6 @@
 """`rankwise lorsa top` on a saved Lorsa of a tiny Llama (the real command path: load, capture, rank, decode)."""
 
 import pytest
-import torch
 
 from rankwise.cli import main
 from rankwise.nn.lorsa import save_lorsa

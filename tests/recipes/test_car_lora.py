@@ -13,7 +13,7 @@ from rankwise.recipes.car_lora import CompressedBase
 from rankwise.errors import InvalidInputError, UnknownNameError
 from rankwise.models import tiny_llama
 from rankwise.training import TrainConfig, train
-from rankwise.training.car_lora import CarLoraProcedure, car_lora_procedure, operator_index
+from rankwise.recipes.car_lora.procedure import CarLoraProcedure, car_lora_procedure, operator_index
 from rankwise.training.tasks import LanguageModelingTask
 from rounding import assert_rounding_close
 

@@ -89,7 +89,7 @@ class _Task:
 
 
 def _procedure(adapted, **options):
-    from rankwise.training.coa_lora import coa_lora_procedure
+    from rankwise.recipes.coa_lora.procedure import coa_lora_procedure
 
     base = {"bits": (2, 4, 8), "scale_bits": (4, 8), "blocks": (16, 32), "budgets": (2.5, 8.0, 0.5)}
     return coa_lora_procedure(adapted, _Task(), 3, **{**base, **options})

@@ -10,10 +10,10 @@ import torch
 from rankwise.adapters.la_lora import LocalDPConfig, local_round
 from rankwise.errors import InvalidInputError
 from rankwise.training.federated import FederatedConfig, plan
-from rankwise.training.federated_job import run_federated
-from rankwise.training.federated_flower import client_seed
-from rankwise.training.federated_models import adapted_classifier
-from rankwise.training.partition import dirichlet_partition, iid_partition
+from rankwise.training.federated.job import run_federated
+from rankwise.training.federated.flower import client_seed
+from rankwise.training.federated.models import adapted_classifier
+from rankwise.training.federated.partition import dirichlet_partition, iid_partition
 from peft_loading import logits_both_ways
 from rounding import assert_rounding_close
 
@@ -59,7 +59,7 @@ def test_two_clients_and_server_on_loopback_processes_equal_the_inprocess_run():
     config = _config(rounds=2)
     here = run_federated(model, data, parts, config)
     there = run_federated(model, data, parts, dataclasses.replace(config, engine="processes"),
-                          builder=("rankwise.training.federated_models:adapted_classifier", BUILD))
+                          builder=("rankwise.training.federated.models:adapted_classifier", BUILD))
     assert there.engine == "processes" and len(there.rounds) == 2
     for name in model.names:
         torch.testing.assert_close(there.parameters[name], here.parameters[name], rtol=0, atol=0)
@@ -178,7 +178,7 @@ def test_a_client_failure_stops_the_job_with_its_error():
 
 
 def test_cli_builder_rebuilds_the_command_line_model():
-    from rankwise.training.la_lora_procedure import _builder
+    from rankwise.training.federated.driver import client_builder as _builder
 
     class Task:
         num_labels = 12
@@ -186,6 +186,6 @@ def test_cli_builder_rebuilds_the_command_line_model():
     run_config = {"model": "minilm-l6", "rank": 4, "targets": "query, value", "targets_regex": None, "top_k_layers": 1,
                   "option lora_alpha": 8.0}
     target, kwargs = _builder(run_config, Task())
-    assert target == "rankwise.training.federated_models:adapted_classifier"
+    assert target == "rankwise.training.federated.models:adapted_classifier"
     assert kwargs == {"base": {"embedded": "minilm-l6"}, "num_labels": 12,
                       "adapter": {"rank": 4, "targets": ["query", "value"], "top_k_layers": 1, "options": {"lora_alpha": 8.0}}}

@@ -15,9 +15,9 @@ from rankwise.models import tiny_bert
 from rankwise.optim.zeroth_order import SPSA, numerical_rank, step_seed
 from rankwise.training import SequenceClassifier, TrainConfig, train
 from rankwise.adapters.model import base_model_copy
-from rankwise.training.lmao import LmaoProcedure, lmao_procedure
-from rankwise.training.loop import batch_indices
-from rankwise.training.procedure_table import build_procedure
+from rankwise.optim.lmao.procedure import LmaoProcedure, lmao_procedure
+from rankwise.core.training.loop import batch_indices
+from rankwise.training.procedures import build_procedure
 
 pytestmark = pytest.mark.method("lmao")
 

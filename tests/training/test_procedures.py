@@ -8,8 +8,8 @@ from rankwise.adapters import adapt
 from rankwise.errors import InvalidInputError, UnknownNameError
 from rankwise.models import tiny_llama
 from rankwise.training import LanguageModelingTask, TrainConfig, train
-from rankwise.training.procedure_table import build_procedure
-from rankwise.training.procedures import Procedure
+from rankwise.training.procedures import build_procedure
+from rankwise.core.training import Procedure
 
 
 def _task(n=12):

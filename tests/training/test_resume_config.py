@@ -63,7 +63,7 @@ def test_finetune_passes_its_whole_configuration(tmp_path, monkeypatch):
         seen.update(kw["run_config"])
         raise SystemExit(0)
 
-    monkeypatch.setattr("rankwise.training.train", fake_train)  # the command imports it from there when it runs
+    monkeypatch.setattr("rankwise.training.procedures.train", fake_train)  # the command trains through run_procedure
     from rankwise.cli import main
 
     args = ["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "lora", "--rank", "2",

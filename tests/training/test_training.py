@@ -213,7 +213,7 @@ def test_pretraining_from_windows_is_deterministic_schedules_the_lr_and_counts_t
     """The optimizer comparison's needs (formerly optim/lm_pretraining): floor schedule, same seeded batches for every
     optimizer, clipping, periodic held-out evaluation, tokens seen."""
     from rankwise.optim import LoRAPre
-    from rankwise.training.optimizers import adamw
+    from rankwise.core.training.optimizer import adamw
 
     assert lr_at(0, 10, 1.0, 2, 0.1) == 0.5 and lr_at(1, 10, 1.0, 2, 0.1) == 1.0
     assert lr_at(9, 10, 1.0, 2, 0.1) == pytest.approx(0.1) and lr_at(10, 10, 1.0, 2, 0.1) == pytest.approx(0.1)

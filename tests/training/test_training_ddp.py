@@ -27,7 +27,8 @@ from rankwise.errors import InvalidInputError, NumericalError
 from rankwise.models import tiny_bert, tiny_llama
 from rankwise.adapters import adapt
 from rankwise.training import ClassificationTask, LanguageModelingTask, TrainConfig, train
-from rankwise.training.optimizers import adamw, lora_pre
+from rankwise.core.training.optimizer import adamw
+from rankwise.optim.factories import lora_pre
 from rounding import network_tol
 
 pytestmark = [pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
@@ -116,8 +117,8 @@ def _worker(rank: int, port: int, out: str) -> None:
     import os
     from pathlib import Path
 
-    import rankwise.training.loop as loop
-    from rankwise.training import distributed
+    import rankwise.core.training.loop as loop
+    from rankwise.core.training import distributed
 
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -188,8 +189,8 @@ def test_ddp_two_processes_match_one_process(tmp_path):
 
 def test_unused_parameters_are_found_from_the_graph():
     """Why the encoder scenario needs find_unused_parameters: BERT's pooler is not reached by the pooled head."""
-    from rankwise.training.checkpoint import trainable
-    from rankwise.training.loop import _unused_parameters
+    from rankwise.core.training.checkpoint import trainable
+    from rankwise.core.training.loop import _unused_parameters
 
     module, task, _, _ = _scenario("full-adamw")
     rng = torch.get_rng_state()

@@ -8,7 +8,9 @@ from rankwise.errors import InvalidInputError, UnknownNameError
 from rankwise.models import tiny_bert, tiny_llama
 from rankwise.optim import LoRAPre, is_factored
 from rankwise.training import LanguageModelingTask, TrainConfig, train
-from rankwise.training.optimizers import adamw, galore, lora_pre, optimizer_factory
+from rankwise.core.training.optimizer import adamw
+from rankwise.optim.factories import galore, lora_pre
+from rankwise.training.optimizers import optimizer_factory
 from test_training import FailingTask, Interrupt, _cls_task
 
 

@@ -11,23 +11,7 @@ Files: `config.py` (AdapterConfig, target selection), `base.py` (Adapter, Adapte
 counts, save, `load_adapter`), `peft_format.py` (the saved folder: writer and reader), `factory.py` (method name +
 rank + targets -> adapted model), one file per method.
 
-How to add a method (e.g. `guardspace.py`):
-1. `@dataclass class MyConfig(AdapterConfig)` with `method = "mymethod"` and the method's settings (r,
-   target_modules, layers_to_transform are inherited; override `validate` to check yours).
-2. `class MyAdapter(Adapter)` with `method = "mymethod"`, `config_class = MyConfig` and
-   - `__init__(self, site, config, initialize=True)`: call super(), create parameters (trainable) and buffers
-     (frozen, saved) from `site.base.weight`; if `initialize`, compute their initial values. Set
-     `needs_statistics = True` to receive `site.statistics` (a `SecondMoment` of the layer input from
-     `rankwise.core.calibration.collect_second_moments`), passed as `add_adapter(..., statistics=...)`.
-     Use `site.shared_parameter(key, factory)` + `self.use_shared(attr, param)` for a parameter shared by layers.
-   - `forward(x)`: the delta output [..., out] added to the unchanged base output. A method that "modifies the
-     frozen weight" (PiSSA, GuardSpace's W' = W - B0 A0 P) subtracts its initial contribution here instead, so
-     disable/merge/delete stay exact.
-   - `delta_weight()`: [out, in], consistent with forward (merge adds it).
-   - `lora_factors()`: `LoraFactors(A, B, scaling)` with scaling * B @ A == delta_weight(), for PEFT export.
-3. Add `"mymethod": MyAdapter` to the table `ADAPTER_TYPES` in `types.py`. Then the loader knows it and
-   `rankwise finetune --method mymethod` offers it (the CLI builds the config from --rank/--targets with
-   `factory.adapt`).
+How to add an adapter method: CONTRIBUTING.md (one copy of each how-to).
 """
 
 from rankwise.adapters.base import AdaptedLinear, Adapter, AdapterSite, LoraFactors, SharedParameters

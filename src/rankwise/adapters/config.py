@@ -18,10 +18,9 @@ from typing import Any, ClassVar
 
 from torch import nn
 
+from rankwise.core.layer_names import DEFAULT_LAYER_PATTERNS, layer_index, module_type  # noqa: F401  (re-exported)
 from rankwise.errors import InvalidInputError
 
-# Names of the repeated-block containers in common architectures (PEFT's defaults): Llama "layers", BERT "layer".
-DEFAULT_LAYER_PATTERNS = ("layers", "layer", "h", "block", "blocks")
 
 
 @dataclass
@@ -84,30 +83,6 @@ def check_field_types(config: AdapterConfig) -> None:
                 f"{config.method or type(config).__name__} option {f.name} must be {' or '.join(alternatives)}, "
                 f"got {value!r} ({type(value).__name__})"
             )
-
-
-def layer_index(module_name: str, layers_pattern: str | None = None) -> int | None:
-    """The layer-stack index in a module name (`model.layers.3.mlp.up_proj` -> 3), or None outside a stack."""
-    patterns = (layers_pattern,) if layers_pattern else DEFAULT_LAYER_PATTERNS
-    for p in patterns:
-        m = re.search(rf"(?:^|\.){re.escape(p)}\.(\d+)(?:\.|$)", module_name)
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def module_type(module_name: str, layers_pattern: str | None = None) -> str:
-    """The name with its layer index replaced by '*': all layers' modules of one kind share this key.
-
-    `model.layers.3.self_attn.q_proj` -> `model.layers.*.self_attn.q_proj`. Grouping by the full name pattern (not
-    by the last component) keeps BERT's `attention.output.dense` apart from the FFN's `output.dense`.
-    """
-    patterns = (layers_pattern,) if layers_pattern else DEFAULT_LAYER_PATTERNS
-    for p in patterns:
-        new, n = re.subn(rf"((?:^|\.){re.escape(p)}\.)\d+(?=\.|$)", r"\1*", module_name, count=1)
-        if n:
-            return new
-    return module_name
 
 
 def name_matches(module_name: str, target_modules: list[str] | str) -> bool:

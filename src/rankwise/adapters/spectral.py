@@ -2,7 +2,7 @@
 
 A full SVD of every targeted layer is the slow part of building such adapters (seconds per layer on a busy
 2-core CPU). We need only the top r triplets, so we eigendecompose the smaller Gram matrix in float64 on one
-thread (`few_threads`, see core/linalg.py): W^T W [in, in] when in <= out, else W W^T [out, out] and recover the
+thread (`core.threads.limit_threads`): W^T W [in, in] when in <= out, else W W^T [out, out] and recover the
 other side as W^T U / sigma. In float64 this keeps the top singular vectors accurate to ~1e-12 relative to
 sigma_1^2 / gap; where a requested singular value is too small for the division to be safe we fall back to a full
 SVD.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from rankwise.core.linalg import few_threads
+from rankwise.core.threads import limit_threads
 
 _SAFE_RATIO = 1e-6  # sigma_r / sigma_1 below this: use a full SVD (the Gram route would lose the small vectors)
 
@@ -21,7 +21,7 @@ def top_singular(weight: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tens
     """U_r [out, r], S_r [r] (descending), Vh_r [r, in] of W [out, in], all float64 (singular vectors' signs arbitrary)."""
     w = weight.detach().double()
     out_f, in_f = w.shape
-    with few_threads(1):
+    with limit_threads(1, at_most=True):
         gram = w.T @ w if in_f <= out_f else w @ w.T
         evals, evecs = torch.linalg.eigh(gram)  # ascending
         evals, evecs = evals.flip(0)[:r].clamp_min(0), evecs.flip(1)[:, :r]

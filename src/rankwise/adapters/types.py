@@ -1,26 +1,17 @@
-"""The adapter types, by method name: one explicit table (the CLI's `--method`, saved configs, the loader read it).
-
-A new method adds its `Adapter` subclass here; its `method` attribute (and its config's) must equal the key, which
-`tests/adapters/test_adapters.py` checks.
+"""The adapter types, by method name, from the registry records (`AdapterEntry`: the CLI's `--method`, saved
+configs and the loader read this table). A new adapter method names its `Adapter` subclass in its record; its
+`method` attribute (and its config's) must equal the name, which `tests/adapters/test_adapters.py` checks.
 """
 
 from __future__ import annotations
 
 from rankwise.adapters.base import Adapter
-from rankwise.adapters.coa_lora import CoaLoraAdapter
-from rankwise.adapters.guardspace import GuardSpaceAdapter
-from rankwise.adapters.lora import LoraAdapter
-from rankwise.adapters.pica import PicaAdapter
-from rankwise.adapters.svft import SvftAdapter
 from rankwise.errors import UnknownNameError
+from rankwise.registry import resolve
+from rankwise.registry.tables import adapter_entries
 
-ADAPTER_TYPES: dict[str, type[Adapter]] = {
-    "lora": LoraAdapter,  # also PiSSA: LoraConfig(init="pissa")
-    "pica": PicaAdapter,
-    "guardspace": GuardSpaceAdapter,
-    "svft": SvftAdapter,
-    "coa-lora": CoaLoraAdapter,
-}
+
+ADAPTER_TYPES: dict[str, type[Adapter]] = {name: resolve(entry.target) for name, entry in adapter_entries().items()}
 
 
 def adapter_type(method: str) -> type[Adapter]:

@@ -1,25 +1,23 @@
-"""The names the command parsers offer, as plain data: building the parser must not import the method packages
-(they import torch), so their name tables are mirrored here. `tests/commands/test_cli_startup.py` checks that each
-equals its source of truth; a new adapter, optimizer or MLA method adds its name here too."""
+"""The names the command parsers offer, derived without importing the method packages (they import torch):
+adapter, procedure, optimizer and task names from the registry records, and the MLA conversion's option names
+read from the literals of the modules that define them (`targets.literal`, no import). Nothing here is a copy."""
 
 from __future__ import annotations
 
-# rankwise.compress.mla.factorize: METHODS and ALIASES
-MLA_METHODS = ("asvd", "care", "mha2mla", "palu", "svd", "svd-llm", "svdllm")
-# rankwise.compress.mla.allocation: ALLOCATIONS, SCORES
-MLA_ALLOCATIONS = ("uniform", "adjusted")
-MLA_SCORES = ("paper", "code")
-# rankwise.compress.mla.calibration: DEFAULT_SAMPLES, DEFAULT_SEQ_LEN
-MLA_CALIB_SAMPLES = 256
-MLA_CALIB_SEQ_LEN = 32
-# rankwise.compress.mla_deploy.rope: SELECTIONS
-ROPE_SELECTIONS = ("contribution", "high", "sensitivity", "uniform")
-# rankwise.adapters.types: ADAPTER_TYPES
-ADAPTER_METHODS = ("coa-lora", "guardspace", "lora", "pica", "svft")
-# rankwise.training.optimizers: OPTIMIZERS, and those that cannot be checkpointed (a projector object in their state)
-OPTIMIZERS = ("adamw", "galore", "lora-pre")
-UNCHECKPOINTABLE_OPTIMIZERS = ("galore",)
-# rankwise.training.procedures: PROCEDURES (filled by rankwise.training.procedure_table)
-PROCEDURES = ("car-lora", "coa-lora", "la-lora", "lmao", "peso")
-# rankwise.training.schedule: DECAYS
-DECAYS = ("cosine", "linear", "constant")
+from rankwise.registry.tables import adapter_entries, optimizer_entries, procedure_entries, task_entries
+from rankwise.targets import literal
+
+_MLA = "rankwise.compress.mla"
+MLA_METHODS = tuple(sorted([*literal(f"{_MLA}.factorize:METHODS"), *literal(f"{_MLA}.factorize:ALIASES")]))
+MLA_ALLOCATIONS = tuple(literal(f"{_MLA}.allocation:ALLOCATIONS"))
+MLA_SCORES = tuple(literal(f"{_MLA}.allocation:SCORES"))
+MLA_CALIB_SAMPLES = literal(f"{_MLA}.calibration:DEFAULT_SAMPLES")
+MLA_CALIB_SEQ_LEN = literal(f"{_MLA}.calibration:DEFAULT_SEQ_LEN")
+ROPE_SELECTIONS = tuple(sorted(literal("rankwise.compress.mla_deploy.rope:SELECTIONS")))
+ADAPTER_METHODS = tuple(sorted(adapter_entries()))
+OPTIMIZERS = tuple(sorted(optimizer_entries()))
+UNCHECKPOINTABLE_OPTIMIZERS = tuple(sorted(n for n, e in optimizer_entries().items() if not e.checkpointable))
+PROCEDURES = tuple(sorted(procedure_entries()))
+BASE_PROCEDURES = tuple(sorted(n for n, e in procedure_entries().items() if e.trains != "adapter"))
+TASKS = tuple(task_entries())
+DECAYS = tuple(literal("rankwise.core.training.schedule:DECAYS"))

@@ -19,15 +19,15 @@ batch (DDP, gloo on the CPU; --batch-size stays the global batch) and only rank 
 from __future__ import annotations
 
 import argparse
-import ast
 from pathlib import Path
 
-from rankwise.commands.choices import ADAPTER_METHODS, DECAYS, OPTIMIZERS, PROCEDURES, UNCHECKPOINTABLE_OPTIMIZERS
+from rankwise.commands.choices import ADAPTER_METHODS, DECAYS, OPTIMIZERS, PROCEDURES, TASKS, UNCHECKPOINTABLE_OPTIMIZERS
+from rankwise.core.options import parse_key_values
 from rankwise.commands.common import (check_output, checkpoint_note, fraction, mark_run_folder,
                                       nonnegative_float, nonnegative_int, positive_float, positive_int, require_model)
 from rankwise.models import folders
+from rankwise.registry.tables import task_entries
 
-TASKS = ("wiki-topics", "wiki-lm")
 FULL = "full"
 # What `--model` may be: an original model, or a quantized one (LoRA on dequantized weights); not an adapter, an MLA
 # conversion (its K/V projections are factor pairs, not nn.Linear) or a run folder.
@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune an embedded model with an adapter method (LoRA, PiCa, ...)",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="smollm2-135m, minilm-l6, or a transformers folder")
-    p.add_argument("--task", required=True, choices=TASKS, help="wiki-topics: 12-class topic classification; wiki-lm: language modelling")
+    p.add_argument("--task", required=True, choices=TASKS,
+                   help="; ".join(f"{name}: {entry.summary}" for name, entry in task_entries().items()))
     p.add_argument("--method", required=True, choices=[*ADAPTER_METHODS, FULL],
                    help="an adapter method, or 'full' to fine-tune every weight")
     p.add_argument("--rank", type=positive_int, default=None, help="adapter rank (required for adapter methods; default: none)")
@@ -51,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k-layers", type=positive_int, default=None, help="adapt only the top K transformer layers (shorter backward; default: all)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method-specific config field, e.g. lora_alpha=16 or share=False (repeatable; default: none)")
     p.add_argument("--procedure", default=None, choices=PROCEDURES,
-                   help="a method's training procedure on top of the adapter (e.g. lmao, car-lora; default: plain training)")
+                   help="a method's training procedure: on top of an adapter (e.g. lmao, car-lora), or with --method full "
+                        "for one that trains the model's own weights (default: plain training)")
     p.add_argument("--procedure-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a field of the procedure, e.g. base_lr=1e-6 (repeatable; default: none)")
     p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps")
@@ -93,40 +95,24 @@ def check_arguments(args: argparse.Namespace) -> dict:
             f"--optimizer {args.optimizer} keeps a projector object in its state, which a checkpoint cannot store: "
             "pass --checkpoint-every 0 (no checkpoints, so no resume), or use --optimizer lora-pre"
         )
-    require_model(args.model, "finetune", ACCEPTS, causal=args.task == "wiki-lm")
+    require_model(args.model, "finetune", ACCEPTS, causal=task_entries()[args.task].causal)
     check_output(args.out, run="finetune")
-    options = parse_options(args.option)
+    options = parse_key_values(args.option)
     if args.procedure_option and not args.procedure:
         raise InvalidInputError("--procedure-option needs --procedure")
-    if full and args.procedure:
-        raise InvalidInputError(f"--procedure {args.procedure} trains an adapter: it needs an adapter --method, not full")
     if args.procedure:
-        from rankwise.training.procedure_table import check_procedure_options
+        from rankwise.training.procedures import check_procedure_options, check_trains
 
+        check_trains(args.procedure, full)
         # Names, types and what needs no model, now; what depends on the module (layer indices, the adapter's
         # choices) when the builder runs, after the model is loaded.
-        check_procedure_options(args.procedure, parse_options(args.procedure_option, "--procedure-option"))
+        check_procedure_options(args.procedure, parse_key_values(args.procedure_option, "--procedure-option"))
     if not full:
         from rankwise.adapters import build_config
 
         # The whole config, checked now (option names, types, values) rather than after the model is loaded.
         targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else ["default"])
         build_config(args.method, args.rank, targets, None, **options).validate()
-    return options
-
-
-def parse_options(items: list[str], flag: str = "--option") -> dict:
-    from rankwise.errors import InvalidInputError
-
-    options = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidInputError(f"{flag} takes KEY=VALUE, got {item!r}")
-        try:
-            options[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            options[key] = value  # a plain string such as init=pissa
     return options
 
 
@@ -139,9 +125,11 @@ def run(args: argparse.Namespace) -> int:
     from rankwise.data import token_windows
     from rankwise.errors import InvalidInputError
     from rankwise.models import load_model
+    from rankwise.core.training import TrainConfig, distributed, summary
     from rankwise.optim import optimizer_state_bytes
-    from rankwise.training import LanguageModelingTask, TrainConfig, distributed, summary, topic_classification, train
+    from rankwise.registry import resolve
     from rankwise.training.optimizers import optimizer_factory
+    from rankwise.training.procedures import build_procedure, run_procedure
 
     full = args.method == FULL
     make_optimizer = optimizer_factory(args.optimizer, args.optimizer_rank)
@@ -155,12 +143,10 @@ def run(args: argparse.Namespace) -> int:
     set_seed(args.seed)
     with distributed.main_process_first():  # rank 0 builds the caches (model, tokens, statistics), the others read them
         model, tokenizer = load_model(args.model)
-        if args.task == "wiki-lm":
-            if not hasattr(model, "lm_head"):
-                raise InvalidInputError(f"--task wiki-lm needs a causal language model (e.g. smollm2-135m), not {args.model}")
-            task = LanguageModelingTask.from_wiki(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
-        else:
-            task = topic_classification(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
+        entry = task_entries()[args.task]
+        if entry.causal and not hasattr(model, "lm_head"):
+            raise InvalidInputError(f"--task {args.task} needs a causal language model (e.g. smollm2-135m), not {args.model}")
+        task = resolve(entry.builder)(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
         if full:
             adapted = model.requires_grad_(True)
             say(f"full fine-tuning of {args.model}: {sum(p.numel() for p in model.parameters()):,} parameters")
@@ -174,9 +160,7 @@ def run(args: argparse.Namespace) -> int:
         module = task.wrap(adapted)
         procedure = None
         if args.procedure:
-            from rankwise.training.procedure_table import build_procedure
-
-            procedure_options = parse_options(args.procedure_option, "--procedure-option")
+            procedure_options = parse_key_values(args.procedure_option, "--procedure-option")
             procedure = build_procedure(args.procedure, module, task, args.seed, **procedure_options)
     config = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
@@ -187,11 +171,9 @@ def run(args: argparse.Namespace) -> int:
                   "targets": args.targets, "targets_regex": args.targets_regex, "top_k_layers": args.top_k_layers,
                   "seq_len": args.seq_len, "train_examples": args.train_examples, "eval_examples": args.eval_examples,
                   **{f"option {k}": v for k, v in sorted(options.items())}}
-    if procedure is not None and procedure.owns_loop:  # e.g. a federated job: the procedure drives the training
-        result = procedure.run(module, task, config, out, run_config)
-    else:
-        result = train(module, task, config, out_dir=out, resume=not args.no_resume, optimizer=make_optimizer,
-                       run_config=run_config, procedure=procedure)
+    # The loop, or the engine the procedure runs on (a federated job is run whole: no resume, no optimizer choice).
+    loop_only = {"resume": not args.no_resume, "optimizer": make_optimizer} if procedure is None or procedure.runs_on == "loop" else {}
+    result = run_procedure(procedure, module, task, config, out_dir=out, run_config=run_config, **loop_only)
     adapter_params = None if full else adapted.count_parameters().trainable
     what = "model" if full else f"{adapter_params:,} adapter parameters"
     # A procedure that trains the base weights too (LMAO) writes them as DIR/model, the adapter's base.

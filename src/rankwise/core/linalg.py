@@ -13,8 +13,6 @@ whitener is a linear solve (triangular where the whitener is triangular).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -22,22 +20,6 @@ import torch
 from rankwise.errors import InvalidInputError, NumericalError
 
 EIGEN_FLOOR = 1e-8  # relative to the largest eigenvalue: below this a direction is treated as numerically absent
-
-
-@contextmanager
-def few_threads(n: int = 1) -> Iterator[None]:
-    """Run the enclosed torch work with at most `n` intra-op threads, then restore the previous count.
-
-    For the small dense factorizations here (eigh / SVD of a few hundred rows) threading gains little, and on a
-    busy machine multithreaded LAPACK spin-waits: we measured eigh of a 576 x 576 float64 matrix at 0.05 s of CPU
-    on one thread against 0.2-8 s on two when other processes share the cores. Wrap loops of such calls in this.
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, min(n, previous)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _check_square_symmetric(c: torch.Tensor, name: str = "matrix") -> torch.Tensor:

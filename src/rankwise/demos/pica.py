@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from rankwise.adapters import PicaConfig, add_adapter
-from rankwise.core.linalg import few_threads
+from rankwise.core.threads import limit_threads
 
 TARGETS = ["q_proj", "v_proj", "up_proj", "down_proj"]
 TOP_LAYERS = [28, 29]
@@ -19,7 +19,7 @@ RANK, STEPS, SEQ = 8, 6, 64
 
 def headline(ctx) -> None:
     start = time.perf_counter()
-    with few_threads(1):  # small matmuls; a second thread mostly spin-waits on a busy machine
+    with limit_threads(1, at_most=True):  # small matmuls; a second thread mostly spin-waits on a busy machine
         model = copy.deepcopy(ctx.model)  # the demo's model must stay untouched
         adapted = add_adapter(model, PicaConfig(r=RANK, target_modules=TARGETS, layers_to_transform=TOP_LAYERS))
         # LoRA on the same modules: r * (in + out) per module, counted without building a second model copy.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankwise.models.embedded import EMBEDDED_MODELS
 from rankwise.errors import CorruptFileError, InvalidInputError, UnknownNameError
 
 MANIFEST = "rankwise-manifest.json"  # = core.io.MANIFEST_NAME (core.io imports torch; this module must not)
@@ -28,10 +29,6 @@ ADAPTER = "adapter"  # `finetune`'s DIR/adapter: a PEFT folder plus rankwise's e
 FINETUNE_RUN = "finetune-run"  # `finetune --out DIR`: adapter/ or model/, metrics.json, checkpoint/
 CHECKPOINT = "checkpoint"  # a training checkpoint (DIR/checkpoint)
 KINDS = (MODEL, EMBEDDED, MLA_ONESHOT, MLA_DEPLOY, QUANTIZED, ADAPTER, FINETUNE_RUN, CHECKPOINT)
-
-# Embedded models by name: whether each is a causal LM (the light twin of models.loading.EMBEDDED).
-EMBEDDED_MODELS = {"smollm2-135m": ("causal language model (SmolLM2-135M-Instruct, Llama architecture)", True, "llama"),
-                   "minilm-l6": ("sentence encoder (all-MiniLM-L6-v2, BERT architecture)", False, "bert")}
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model",
@@ -114,9 +111,9 @@ def identify(name_or_path: str | Path) -> FolderInfo:
     """The kind of an embedded model name or a folder, from its files' JSON. Raises for a missing or broken one."""
     key = str(name_or_path)
     if key in EMBEDDED_MODELS:
-        what, causal, model_type = EMBEDDED_MODELS[key]
-        return FolderInfo(EMBEDDED, key, f"embedded model: {what}", {"source": "shipped with rankwise (offline)"},
-                          (f"rankwise.models.load_model({key!r})",), causal, model_type)
+        record = EMBEDDED_MODELS[key]
+        return FolderInfo(EMBEDDED, key, f"embedded model: {record.summary}", {"source": "shipped with rankwise (offline)"},
+                          (f"rankwise.models.load_model({key!r})",), record.causal, record.model_type)
     path = Path(key)
     if not path.exists():
         raise UnknownNameError(f"{key!r} is neither an embedded model ({', '.join(EMBEDDED_MODELS)}) nor an existing folder")

@@ -15,17 +15,17 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrai
 from rankwise.core.io import MANIFEST_NAME, verify_manifest
 from rankwise.errors import CorruptFileError, InvalidInputError, UnknownNameError
 from rankwise.models import folders
-from rankwise.models.minilm import load_minilm
-from rankwise.models.smollm2 import load_smollm2
+from rankwise.models.embedded import EMBEDDED_MODELS
+from rankwise.targets import resolve
 
-EMBEDDED = {"smollm2-135m": load_smollm2, "minilm-l6": load_minilm}
+EMBEDDED = EMBEDDED_MODELS  # by name (`rankwise.models.embedded`)
 
 
 def load_model(name_or_path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """An embedded model by name (`smollm2-135m`, `minilm-l6`) or a saved model folder. fp32, eval mode."""
     key = str(name_or_path)
-    if key in EMBEDDED:
-        return EMBEDDED[key]()
+    if key in EMBEDDED_MODELS:
+        return resolve(EMBEDDED_MODELS[key].loader)()
     info = folders.identify(key)
     if info.kind in (folders.ADAPTER, folders.FINETUNE_RUN, folders.CHECKPOINT):
         raise InvalidInputError(f"{key} is a {info.kind} folder, not a model ({info.summary}); load it with: {'; '.join(info.load)}")

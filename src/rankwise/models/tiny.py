@@ -58,3 +58,19 @@ def tiny_bert(seed: int = 0, vocab_size: int = 30522, hidden_size: int = 32, num
         torch.manual_seed(seed)
         model = BertModel(config)
     return model.float().eval()
+
+
+def smollm2_stand_in(seed: int = 0, **shape) -> tuple[LlamaForCausalLM, object]:
+    """SmolLM2's smoke stand-in: a tiny random Llama with SmolLM2's real tokenizer (the same data path)."""
+    from rankwise.models.smollm2 import load_smollm2_tokenizer
+
+    return tiny_llama(seed=seed, **shape), load_smollm2_tokenizer()
+
+
+def minilm_stand_in(seed: int = 0, **shape) -> tuple[BertModel, object]:
+    """MiniLM's smoke stand-in: a tiny random BERT with MiniLM's real tokenizer."""
+    from transformers import AutoTokenizer
+
+    from rankwise.models.minilm import minilm_folder
+
+    return tiny_bert(seed=seed, **shape), AutoTokenizer.from_pretrained(minilm_folder())

@@ -1,6 +1,7 @@
-"""The layer registry: one `LayerSpec` per layer of `rankwise.nn`, read by the shared conformance test.
+"""The layer table: one `LayerSpec` per layer of `rankwise.nn`, read by the shared conformance test.
 
-Every layer a method adds here (LRNN, Lorsa, Mixture-of-Memories, IVQ, FRL, ...) gets a record in `LAYERS`, and
+Every layer a method adds (LRNN, Lorsa, Mixture-of-Memories, IVQ, FRL, ...) is named in its registry record
+(`LayerEntry(name, "rankwise.nn.<pkg>.spec")`), `LAYERS` is derived from the records, and
 `tests/nn/test_layer_conformance.py` checks each one the same way: forward, backward, `state_dict` round trip, dtype
 (float32 and float64) and device (CPU, the meta device for shapes, CUDA when present). A spec builds a *small*
 instance, so the whole matrix stays fast.
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from rankwise.registry.tables import layer_entries
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,8 @@ def spec_from_module(name: str, method: str, module: str, **options: object) -> 
     return LayerSpec(name, method, build, inputs, **options)
 
 
-LAYERS: tuple[LayerSpec, ...] = (
-    spec_from_module("MixtureOfMemories", "mixture-of-memories", "rankwise.nn.mixture_of_memories.spec"),
-    spec_from_module("Lorsa", "lorsa", "rankwise.nn.lorsa.spec"),
-    spec_from_module("LRNN", "lrnn", "rankwise.nn.lrnn.spec"),
-)
+LAYERS: tuple[LayerSpec, ...] = tuple(spec_from_module(entry.name, slug, entry.spec, meta_device=entry.meta_device)
+                                      for slug, entry in layer_entries())
 
 
 def get_layer_spec(name: str) -> LayerSpec:

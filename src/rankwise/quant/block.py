@@ -22,12 +22,11 @@ is padded with zeros (zeros do not change a block's amax) and `dequantize` crops
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
 
+from rankwise.core.threads import limit_threads
 from rankwise.errors import InvalidInputError, NumericalError, UnknownNameError
 from rankwise.quant.formats import E2M1, E4M3, E8M0, UE4M3, UE5M3, FloatFormat, get_format
 
@@ -142,7 +141,7 @@ class QuantizedTensor:
 
         With a minifloat scale, q * s_b has at most 6 significant bits and so is exact in float32; multiplying by S
         is then the single rounding. Exact (fp32) scales go through float64 for the same single rounding."""
-        with quant_threads():
+        with limit_threads(QUANT_NUM_THREADS):
             return self._dequantize()
 
     def _dequantize(self) -> torch.Tensor:
@@ -157,23 +156,9 @@ class QuantizedTensor:
         return x.to(torch.float32).reshape(self.shape)
 
 
-@contextmanager
-def quant_threads() -> Iterator[None]:
-    """Run the enclosed torch ops on QUANT_NUM_THREADS threads (see its comment)."""
-    before = torch.get_num_threads()
-    if QUANT_NUM_THREADS is None or QUANT_NUM_THREADS == before:
-        yield
-        return
-    torch.set_num_threads(QUANT_NUM_THREADS)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def quantize(x: torch.Tensor, recipe: BlockRecipe, pad: bool = False) -> QuantizedTensor:
     """Block-quantize `x` [..., K] along its last dimension. Non-finite input raises `NumericalError`."""
-    with quant_threads():
+    with limit_threads(QUANT_NUM_THREADS):
         return _quantize(x, recipe, pad)
 
 

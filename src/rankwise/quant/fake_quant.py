@@ -12,7 +12,8 @@ from torch import nn
 
 from rankwise.core.progress import progress
 from rankwise.errors import InvalidInputError
-from rankwise.quant.block import BlockRecipe, quant_threads, quantize
+from rankwise.core.threads import limit_threads
+from rankwise.quant.block import QUANT_NUM_THREADS, BlockRecipe, quantize
 
 
 def fake_quantize(x: torch.Tensor, recipe: BlockRecipe, pad: bool = True) -> torch.Tensor:
@@ -103,7 +104,7 @@ def quantize_linears_(model: nn.Module, recipe: BlockRecipe, activations: BlockR
     stats = {}
     for name, linear in progress(layers, desc=f"quantize {recipe.name}"):
         w = linear.weight
-        with quant_threads():
+        with limit_threads(QUANT_NUM_THREADS):
             w_hat = fake_quantize(w.float() * scale_weights, recipe) / scale_weights
             stats[name] = error_stats(w, w_hat)
             w.copy_(w_hat.to(w.dtype))

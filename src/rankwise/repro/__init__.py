@@ -4,28 +4,12 @@ experiment's thread policy and checks what comes back."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 
 from rankwise.core.report import SIZES, Report
+from rankwise.core.threads import limit_threads
 from rankwise.errors import InvalidInputError, RankwiseError
 from rankwise.registry import MAIN, parse_target, resolve
-
-
-@contextmanager
-def thread_policy(threads: int | None) -> Iterator[None]:
-    """Run with `threads` intra-op threads (None: leave torch's setting), restoring torch's setting afterwards."""
-    before = torch.get_num_threads()
-    if threads is not None:
-        if threads < 1:
-            raise InvalidInputError(f"threads must be at least 1, got {threads}")
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def run_reproduction(target: str, size: str = "smoke", seed: int = 0, threads: int | None = None) -> Report:
@@ -38,7 +22,7 @@ def run_reproduction(target: str, size: str = "smoke", seed: int = 0, threads: i
     method, experiment = parse_target(target)
     if not method.has_reproduction():
         raise RankwiseError(f"{method.slug} has no reproduction yet (status: {method.status})")
-    with thread_policy(threads if threads is not None else experiment.threads):
+    with limit_threads(threads if threads is not None else experiment.threads):
         report = resolve(experiment.run)(size=size, seed=seed)
         used_threads = torch.get_num_threads()
     if not isinstance(report, Report) or report.slug != method.slug:
@@ -50,4 +34,4 @@ def run_reproduction(target: str, size: str = "smoke", seed: int = 0, threads: i
     return report
 
 
-__all__ = ["run_reproduction", "thread_policy", "MAIN"]
+__all__ = ["run_reproduction", "MAIN"]

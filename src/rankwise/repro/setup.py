@@ -38,28 +38,22 @@ class BySize(Generic[S]):
         return getattr(self, size)
 
 
-# The tiny stand-in of each embedded model for smoke runs: same classes and tokenizer, a few layers wide.
-SMOKE_SHAPES: dict[str, dict[str, Any]] = {"smollm2-135m": {"num_layers": 2}, "minilm-l6": {}}
-
-
 def experiment_model(name: str, size: str, seed: int = 0, **smoke_shape: Any) -> tuple[Any, Any]:
     """(model, tokenizer) for an experiment: the embedded model at `full`, a tiny random one of its family at `smoke`.
 
     The tokenizer is always the real one, so smoke runs exercise the same data path. `smoke_shape` overrides the
-    tiny model's shape (e.g. `num_layers=3`), and is ignored at `full`.
+    tiny model's shape (e.g. `num_layers=3`), and is ignored at `full`. Both come from the model's record
+    (`rankwise.models.embedded`).
     """
-    from rankwise.models import load_model, load_smollm2_tokenizer, tiny_bert, tiny_llama
+    from rankwise.models import load_model
+    from rankwise.models.embedded import EMBEDDED_MODELS
+    from rankwise.registry import resolve
 
-    if name not in SMOKE_SHAPES:
-        raise UnknownNameError(f"no smoke stand-in for model {name!r}; known: {sorted(SMOKE_SHAPES)}")
+    if name not in EMBEDDED_MODELS:
+        raise UnknownNameError(f"no smoke stand-in for model {name!r}; known: {sorted(EMBEDDED_MODELS)}")
     BySize(None, None)[size]  # validates size
     if size == "full":
         return load_model(name)
-    shape = {**SMOKE_SHAPES[name], **smoke_shape}
-    if name == "smollm2-135m":
-        return tiny_llama(seed=seed, **shape), load_smollm2_tokenizer()
-    from transformers import AutoTokenizer
+    record = EMBEDDED_MODELS[name]
+    return resolve(record.smoke)(seed=seed, **{**record.smoke_shape, **smoke_shape})
 
-    from rankwise.models.minilm import minilm_folder
-
-    return tiny_bert(seed=seed, **shape), AutoTokenizer.from_pretrained(minilm_folder())

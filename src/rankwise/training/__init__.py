@@ -1,5 +1,7 @@
-"""Fine-tuning harness: tasks (wiki LM, wiki-topics classification, distillation), the training loop, checkpoints,
-healing of converted models, frozen-prefix execution.
+"""The fine-tuning harness: the text tasks (wiki LM, wiki-topics classification, distillation), the procedure and
+optimizer tables derived from the registry, healing of converted models, frozen-prefix execution, and the federated
+engine (`training.federated`). The loop itself, its checkpoints, schedule and DDP live below the method packages in
+`rankwise.core.training`, so that methods can train with it; they are re-exported here.
 
     from rankwise.adapters import adapt
     from rankwise.training import TrainConfig, topic_classification, train
@@ -11,8 +13,7 @@ healing of converted models, frozen-prefix execution.
 
 from rankwise.training.distillation import DistillationTask, distillation_loss
 from rankwise.training.healing import HealConfig, HealResult, heal
-from rankwise.training.loop import TrainConfig, TrainResult, batch_indices, summary, train
-from rankwise.training.schedule import lr_at
+from rankwise.core.training import TrainConfig, TrainResult, batch_indices, lr_at, summary, train
 from rankwise.training.tasks import ClassificationTask, LanguageModelingTask, SequenceClassifier, topic_classification
 
 __all__ = [

@@ -23,7 +23,7 @@ from torch import nn
 
 from rankwise.errors import InvalidInputError
 from rankwise.training.distillation import DistillationTask
-from rankwise.training.loop import TrainConfig, train
+from rankwise.core.training.loop import TrainConfig, train
 
 __all__ = ["HealConfig", "HealResult", "heal", "new_parameters", "CHECKPOINT_NAME"]
 

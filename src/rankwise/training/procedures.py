@@ -1,86 +1,70 @@
-"""Training procedures: what a method changes about *how* an adapter is trained, as hooks on the one training loop.
+"""The training procedures, by name, from the registry records: what `rankwise finetune --procedure NAME
+--procedure-option KEY=VALUE` offers, checks before any model is loaded, builds and runs.
 
-An adapter type (`rankwise.adapters`) says what is trained; a procedure says how: LMAO adds a zeroth-order step on
-the base weights after every optimizer step, CAR-LoRA and CoA-LoRA swap the frozen base's compressed form before
-each micro-batch, PESO adds a proximal term to the loss. `train(..., procedure=p)` calls the hooks; a procedure that
-needs no hook leaves it as the no-op of `Procedure`. Procedures that cannot be expressed as hooks of one loop (a
-federated job) set `owns_loop = True` and implement `run(module, task, config, out_dir, run_config)`: the CLI then
-calls it instead of `train` (it must return a `TrainResult` and may call `train` inside).
+Each record names its procedure's builder `(module, task, seed, config)` and config dataclass as strings, so this
+table imports a method's code only for the procedure asked for. The options are the config's fields, parsed by the
+one `KEY=VALUE` parser (`core.options`), so nothing is declared twice.
 
-Order inside one optimizer step of `train`:
-
-    for micro in range(grad_accum):
-        procedure.before_micro_batch(step, micro)     # e.g. choose this micro-batch's compression operator
-        loss = task.loss(model, batch) + procedure.extra_loss(module)   # extra_loss None: nothing added
-        loss.backward()
-    clip, optimizer.step(), zero_grad
-    procedure.after_step(step, module, task, batch)   # e.g. LMAO's two-forward ZO step on the same (last) batch
-    procedure.end_of_training(module)                 # once, before the final evaluation (restore a base, ...)
-
-Determinism and resume: hooks must draw their randomness from (`seed`, `step`, `micro`) — not from a hidden
-generator — so that a resumed run repeats the uninterrupted one. A procedure holding state that a checkpoint
-cannot rebuild sets `resumable = False`; `train` then refuses `checkpoint_every` with it, up front.
-
-The table `PROCEDURES` maps the CLI's `rankwise finetune --procedure NAME` to a builder
-`(module, task, seed, **options) -> Procedure`; `--procedure-option KEY=VALUE` fills `options`.
+    config = check_procedure_options("lmao", {"base_lr": 1e-6})      # before the model loads
+    procedure = build_procedure("lmao", module, task, seed, base_lr=1e-6)
+    result = run_procedure(procedure, module, task, TrainConfig(...), out_dir)   # the loop, or the procedure's engine
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-import torch
 from torch import nn
 
+from rankwise.core.options import config_from_options
+from rankwise.core.training import Procedure, TrainConfig, TrainResult, train
+from rankwise.errors import InvalidInputError, UnknownNameError
+from rankwise.registry import ProcedureEntry, resolve
+from rankwise.registry.tables import procedure_entries
+
+# Runners other than the loop, by `Procedure.runs_on`: engines of the harness that run a procedure whole.
+RUNNERS = {"federated": "rankwise.training.federated.driver:run_procedure"}
 
 
-class Procedure:
-    """No-op hooks; a method overrides those it needs. `name` labels the run (recorded in checkpoints)."""
-
-    name: ClassVar[str] = "plain"
-    resumable: ClassVar[bool] = True
-    owns_loop: ClassVar[bool] = False  # True: `run` replaces `train` (e.g. a federated job)
-    # True: the frozen base is not the model the run started from (LMAO trains it, CoA-LoRA quantizes it): the CLI
-    # writes it as DIR/model (`adapters.model.base_model_copy`) and points the adapter at it.
-    changes_base: ClassVar[bool] = False
-
-    def run(self, module: nn.Module, task: Any, config: Any, out_dir: Any, run_config: Mapping[str, Any]) -> Any:
-        """Train `module` on `task` by the procedure's own driver -> TrainResult (only when owns_loop)."""
-        raise NotImplementedError(f"procedure {self.name!r} runs inside the training loop (owns_loop is False)")
-
-    def before_micro_batch(self, step: int, micro: int) -> None:
-        """Called before the forward of micro-batch `micro` of optimizer step `step` (0-based)."""
-
-    def extra_loss(self, module: nn.Module) -> torch.Tensor | None:
-        """A term added to the task loss of every micro-batch (a scalar with a graph), or None."""
-        return None
-
-    def after_step(self, step: int, module: nn.Module, task: Any, batch: Mapping[str, torch.Tensor]) -> None:
-        """Called after optimizer step `step` with the last micro-batch of that step."""
-
-    def end_of_training(self, module: nn.Module) -> None:
-        """Called once after the last step, before the final evaluation."""
-
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        """Tensors a checkpoint must hold for an exact resume beyond the trainable parameters (e.g. LMAO's base
-        weights, which its zeroth-order phase changes); saved under `procedure/<key>`."""
-        return {}
-
-    def load_state_tensors(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        """On resume: restore what `state_tensors` returned when the checkpoint was written."""
-
-    def describe(self) -> dict[str, Any]:
-        """JSON fields recorded in the run configuration (a resume with other values is refused)."""
-        return {"procedure": self.name}
+def procedure_entry(name: str) -> ProcedureEntry:
+    entries = procedure_entries()
+    if name not in entries:
+        raise UnknownNameError(f"unknown training procedure {name!r}; known: {sorted(entries)}")
+    return entries[name]
 
 
-ProcedureBuilder = Callable[..., Procedure]
+def check_procedure_options(name: str, options: Mapping[str, Any]) -> Any:
+    """The procedure's config built from `--procedure-option` values: a RankwiseError, before any model is loaded,
+    for an unknown procedure or option, a value of the wrong type or out of range, or a missing required option."""
+    entry = procedure_entry(name)
+    return config_from_options(resolve(entry.config), options, f"--procedure {name}", "--procedure-option")
 
-# Filled by rankwise.training.procedure_table (which imports the method procedures; `build_procedure` lives there so
-# that this module, which they all import, imports none of them), keyed by the CLI name.
-PROCEDURES: dict[str, ProcedureBuilder] = {}
+
+def build_procedure(name: str, module: nn.Module, task: Any, seed: int, **options: Any) -> Procedure:
+    """The procedure `name` for this module and task; `options` are its config's fields."""
+    config = check_procedure_options(name, options)
+    return resolve(procedure_entry(name).builder)(module, task, seed, config)
 
 
-def register_procedure(name: str, builder: ProcedureBuilder) -> None:
-    PROCEDURES[name] = builder
+def check_trains(name: str, full: bool) -> None:
+    """Refuse a procedure that trains an adapter with `--method full`, or one that trains the base with an adapter."""
+    trains = procedure_entry(name).trains
+    if full and trains == "adapter":
+        raise InvalidInputError(f"--procedure {name} trains an adapter: it needs an adapter --method, not full")
+    if not full and trains == "base":
+        raise InvalidInputError(f"--procedure {name} trains the model's own weights: it needs --method full")
+
+
+def run_procedure(procedure: Procedure | None, module: nn.Module, task: Any, config: TrainConfig,
+                  out_dir: str | Path | None = None, run_config: Mapping[str, Any] | None = None,
+                  **train_options: Any) -> TrainResult:
+    """Train `module` on `task` with `procedure`: the loop (`train`, given `train_options` such as resume and
+    optimizer) for a loop procedure or none, else the engine its `runs_on` names (which runs it whole)."""
+    if procedure is None or procedure.runs_on == "loop":
+        return train(module, task, config, out_dir=out_dir, run_config=run_config, procedure=procedure, **train_options)
+    if procedure.runs_on not in RUNNERS:
+        raise UnknownNameError(f"procedure {procedure.name!r} runs on {procedure.runs_on!r}; known runners: "
+                               f"['loop', {', '.join(repr(r) for r in RUNNERS)}]")
+    return resolve(RUNNERS[procedure.runs_on])(procedure, module, task, config, out_dir, dict(run_config or {}))

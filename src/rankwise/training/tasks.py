@@ -174,3 +174,9 @@ def topic_classification(tokenizer, max_length: int = 32, train_examples: int | 
     task = ClassificationTask(tokenizer, train.texts, train.labels, test.texts, test.labels, len(train.label_names), max_length)
     task.name = "wiki-topics"
     return task
+
+
+def wiki_language_modelling(tokenizer, max_length: int = 64, train_examples: int | None = None,
+                            eval_examples: int | None = None) -> LanguageModelingTask:
+    """The wiki-lm task: next-token prediction on `max_length`-token windows of the corpus (the `wiki-lm` record)."""
+    return LanguageModelingTask.from_wiki(tokenizer, max_length, train_examples, eval_examples)

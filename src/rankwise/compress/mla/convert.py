@@ -24,7 +24,8 @@ from rankwise.compress.mla.factorize import DEFAULT_DAMPING, JOINT_METHODS, NEED
 from rankwise.compress.mla.layout import CONFIG_KEY, FORMAT, KVLayout, decoder_layers, dense_kv_weights, kv_layout
 from rankwise.compress.mla.modules import LowRankLinear
 from rankwise.core.calibration import SecondMoment
-from rankwise.core.linalg import LowRankFactors, few_threads
+from rankwise.core.linalg import LowRankFactors
+from rankwise.core.threads import limit_threads
 from rankwise.core.progress import progress
 from rankwise.errors import InvalidInputError, NumericalError
 
@@ -85,7 +86,7 @@ class KVDecomposition:
         else:
             k_ranks = allocate_ranks(self.spectra(0), kv_rank, allocation, score, min_rank, max_rank)
             v_ranks = allocate_ranks(self.spectra(1), kv_rank, allocation, score, min_rank, max_rank)
-        with few_threads():
+        with limit_threads(1, at_most=True):
             if self.joint:
                 factors = [split_joint(layer[0].truncate(r), self.layout.kv_width) for layer, r in zip(self.layers, k_ranks)]
             else:
@@ -113,7 +114,7 @@ def decompose_kv(model: nn.Module, method: str = "care", calibration: Calibratio
         moments = kv_input_moments(model, calibration, use_cache=use_cache)
     damping = DEFAULT_DAMPING[method] if damping is None else float(damping)
     layers = []
-    with few_threads():
+    with limit_threads(1, at_most=True):
         for i in progress(range(layout.num_layers), desc=f"factorizing K/V ({method})"):
             w_k, w_v = dense_kv_weights(model, i)
             if not (torch.isfinite(w_k).all() and torch.isfinite(w_v).all()):

@@ -28,7 +28,7 @@ from rankwise.compress.mla.layout import decoder_layers, kv_layout
 from rankwise.compress.mla_deploy.attention import MLAAttention
 from rankwise.compress.mla_deploy.rope import concentrate_pairs, decouple_rope, pair_contribution, rope_columns, rotation_sensitivity, select_pairs
 from rankwise.core.calibration import SecondMoment
-from rankwise.core.linalg import few_threads
+from rankwise.core.threads import limit_threads
 from rankwise.core.progress import progress
 from rankwise.errors import InvalidInputError, NumericalError
 
@@ -89,7 +89,7 @@ def convert_to_deployable_mla(
     dh, nh, g = layout.head_dim, layout.num_heads, layout.num_kv_heads
     weights, concentrations, scores = [], [], []
     splits, decomps = [], []
-    with few_threads():  # small float64 eigh/SVDs: multithreaded LAPACK only spin-waits on busy cores
+    with limit_threads(1, at_most=True):  # small float64 eigh/SVDs: multithreaded LAPACK only spin-waits on busy cores
         for layer, moment in zip(layers, moments):
             attn = layer.self_attn
             # RoRoPE (`rope.py`) works on columns of the math-layout W_Q, W_K [D, heads * dh]; the factorization

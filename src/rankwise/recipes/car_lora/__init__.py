@@ -2,8 +2,7 @@
 
   compressed_base.py   CompressedBase: the base of some transformer blocks under each compression operator
                        (rankwise.quant.compression_ops), precomputed once and switched per micro-batch
-
-The training procedure (`rankwise finetune --procedure car-lora`) is `rankwise.training.car_lora`.
+  procedure.py         CarLoraProcedure, CarLoraConfig: the training procedure (`rankwise finetune --procedure car-lora`)
 """
 
 from rankwise.recipes.car_lora.compressed_base import CompressedBase, adapted_block_indices, find_blocks

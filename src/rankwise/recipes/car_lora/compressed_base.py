@@ -28,7 +28,7 @@ from torch import nn
 
 from rankwise.adapters.base import AdaptedLinear
 from rankwise.quant.compression_ops import MLP_LAYOUTS, CompressionOperator, get_operator, prune_mask
-from rankwise.adapters.config import DEFAULT_LAYER_PATTERNS
+from rankwise.core.layer_names import DEFAULT_LAYER_PATTERNS
 from rankwise.core.progress import progress
 from rankwise.errors import InvalidInputError, UnknownNameError
 

@@ -7,7 +7,7 @@ quantized base weights, the configuration-set search and per-configuration expor
     search = ConfigurationSearch(space, ilp_pool(space, bank.errors, budgets), seed)
     export_configuration(adapted, bank, config, folder)   # a PEFT folder for that config's quantized base
 
-The training procedure (`rankwise finetune --procedure coa-lora`) is `rankwise.training.coa_lora`.
+The training procedure (`rankwise finetune --procedure coa-lora`) is `rankwise.recipes.coa_lora.procedure`.
 """
 
 from rankwise.recipes.coa_lora.bank import QuantizedBank, adapted_layers, space_for

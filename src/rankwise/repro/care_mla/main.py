@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from rankwise.compress.mla.calibration import calibration_windows, kv_input_moments
 from rankwise.compress.mla.convert import apply_plan, decompose_kv
-from rankwise.compress.mla.layout import kv_layout, kv_saving
+from rankwise.compress.mla.layout import kv_layout
 from rankwise.compress.mla.metrics import activation_errors
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim, SampleClaim
 from rankwise.core.progress import say

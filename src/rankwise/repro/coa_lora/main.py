@@ -41,7 +41,7 @@ from rankwise.repro.coa_lora.model import build_classifier
 from rankwise.repro.setup import BySize, experiment_model
 from rankwise.training import TrainConfig, train
 from rankwise.training.cached_classification import CachedClassificationTask, cache_encoder_inputs
-from rankwise.training.coa_lora import CoaLoraProcedure, check_options
+from rankwise.recipes.coa_lora.procedure import CoaLoraProcedure, check_options
 
 TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
 SPACE = {"bits": (2, 3, 4, 8), "scale_bits": (4, 8), "scale_dtypes": ("fp32",), "blocks": (16, 32, 64), "scale_blocks": (256,)}

@@ -108,8 +108,8 @@ def _declare(report: Report, s: Settings) -> None:
     report.declare(PairedClaim("gap_small_vs_standard_init", "per seed, the depth gap at the escape of small init "
                                "minus that of PyTorch's default init (same data, step rule, seed)", ">", GAP_MARGIN,
                                kind=ClaimKind.PAPER))
-    report.declare(SampleClaim("optimal_escape_near_rank_one", f"optimal escape direction (E1), per seed: min over "
-                               f"deeper layers of the rank-1 energy share s1^2 / sum s_i^2 of W_l", ">=",
+    report.declare(SampleClaim("optimal_escape_near_rank_one", "optimal escape direction (E1), per seed: min over "
+                               "deeper layers of the rank-1 energy share s1^2 / sum s_i^2 of W_l", ">=",
                                NEAR_RANK_ONE, kind=ClaimKind.PAPER))
     report.declare(SampleClaim("optimal_escape_depth_gap", "optimal escape direction (E1), per seed: min over deeper "
                                "layers of (s1/s2)(W_l) / l^(1/4)", ">=", 1.0, kind=ClaimKind.PAPER))

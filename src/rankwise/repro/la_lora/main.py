@@ -32,8 +32,8 @@ from rankwise.data import topic_task
 from rankwise.repro.la_lora.features import TopTail, accuracy, cache_features, check_tail, tail_logits
 from rankwise.repro.setup import BySize, experiment_model
 from rankwise.training.federated import FederatedConfig, FederatedModel
-from rankwise.training.federated_job import run_federated
-from rankwise.training.partition import dirichlet_partition
+from rankwise.training.federated.job import run_federated
+from rankwise.training.federated.partition import dirichlet_partition
 
 DATA_SEED = 4321
 DELTA = 1e-5

@@ -1,7 +1,7 @@
 """The four arms of the LMAO reproduction on the cached top layers, each run for a given learning rate and seed.
 
 - "LoRA": first-order LoRA (query, value) with AdamW, the head at HEAD_LR;
-- "LMAO": the same LoRA phase plus the ZO phase on every frozen tensor of the top layers (`rankwise.training.lmao`);
+- "LMAO": the same LoRA phase plus the ZO phase on every frozen tensor of the top layers (`rankwise.optim.lmao.procedure`);
 - "MeZO": zeroth-order SGD on every tensor of the top layers and the head, two forwards per step, no backward;
 - "full FT": AdamW on every tensor of the top layers, the head at HEAD_LR (the first-order reference).
 """
@@ -23,8 +23,8 @@ from rankwise.optim.zeroth_order import SPSA, numerical_rank, step_seed
 from rankwise.training import TrainConfig, train
 from rankwise.training.cached_classification import CachedClassificationTask
 from rankwise.training.encoder_top import EncoderTopClassifier
-from rankwise.training.lmao import lmao_procedure
-from rankwise.training.loop import batch_indices
+from rankwise.optim.lmao.procedure import lmao_procedure
+from rankwise.core.training.loop import batch_indices
 
 LORA, LMAO, MEZO, FULL_FT = "LoRA", "LMAO", "MeZO", "full FT"
 HEAD_LR = 3e-3  # the head's rate in every first-order arm (AdamW, same schedule)

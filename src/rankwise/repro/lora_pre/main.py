@@ -31,7 +31,8 @@ from rankwise.optim import optimizer_state_bytes, split_low_rank_params
 from rankwise.repro.lora_pre.tracking import TrackingResult, track_drifting_momentum
 from rankwise.repro.setup import BySize
 from rankwise.training import LanguageModelingTask, TrainConfig, TrainResult, train
-from rankwise.training.optimizers import OptimizerFactory, adamw, galore, lora_pre
+from rankwise.core.training.optimizer import OptimizerFactory, adamw
+from rankwise.optim.factories import galore, lora_pre
 
 TITLE = "Taming Momentum: Rethinking Optimizer States Through Low-Rank Approximation"
 

@@ -12,7 +12,6 @@ own attention in float64, which pins down the RoPE convention and the GQA layout
 from __future__ import annotations
 
 import copy
-import math
 import statistics as st
 from dataclasses import dataclass
 

@@ -21,7 +21,7 @@ from rankwise.adapters.peso import ProximalRegularizer, Snapshot
 from rankwise.repro.peso.data import Sequences, Windows
 from rankwise.repro.peso.model import NextItemTask, item_llama, target_ranks
 from rankwise.training import TrainConfig, train
-from rankwise.training.peso import PesoProcedure
+from rankwise.adapters.peso.procedure import PesoProcedure
 
 ARMS = ("single", "peso", "l2", "cumulative")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -27,7 +27,7 @@ from rankwise.core.arms import Selection, grid_step_neighbour, select_with_exten
 from rankwise.core.progress import say
 from rankwise.core.seed import set_seed
 from rankwise.training import TrainConfig, train
-from rankwise.training.car_lora import CarLoraProcedure
+from rankwise.recipes.car_lora.procedure import CarLoraProcedure
 from rankwise.training.top_layers_lm import CachedWindows, TopLayersLM
 
 ADAPTER = "run"

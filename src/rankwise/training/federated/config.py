@@ -1,19 +1,19 @@
 """A differentially private federated LoRA job (LA-LoRA and its baselines) on Flower.
 
     job = FederatedConfig(rounds=20, clients_per_round=4, local=LocalDPConfig(arm="la-lora", lr=0.5), epsilon=8.0)
-    result = run_federated(model, data, partitions, job)  # federated_job.run_federated            # engine="inprocess" (default) or "processes"
+    result = run_federated(model, data, partitions, job)   # job.run_federated; engine "inprocess" (default) or "processes"
     model.set_tensors(result.parameters)                            # the global adapter (and head)
 
 `model` is a `FederatedModel` (a module, its vmap-safe logits and which tensors are A, B or other); `data` a dict of
 tensors [N, ...] with the labels; `partitions` the clients' example indices (`partition.dirichlet_partition`).
 
-Flower is the engine: the server is `flwr.server.Server` running the rounds with our strategy (`federated_flower`:
+Flower is the engine: the server is `flwr.server.Server` running the rounds with our strategy (`flower`:
 client sampling as a pure function of (seed, round), the uniform FedAvg mean of A, B and the head); clients are
 `flwr.client.NumPyClient`s running `rankwise.adapters.la_lora.local_round`. Engines:
 - "inprocess": the same Server and clients in this process (Flower client proxies that call the client directly):
   no sockets, no ray; what the experiments and `rankwise finetune --procedure la-lora` use.
 - "processes": `flwr.server.start_server` on a loopback gRPC port and one `flwr.client.start_client` process per
-  client (`python -m rankwise.training.federated_worker`), each rebuilding the model from a builder target.
+  client (`python -m rankwise.training.federated.worker`), each rebuilding the model from a builder target.
 
 Everything is checked and planned before any work (`plan`): every client has data and at least one batch; the
 sampling schedule; each client's number of noisy steps (K x rounds it takes part in: every local step releases a
@@ -34,9 +34,10 @@ from torch.func import functional_call
 
 from rankwise.adapters.dp_gradients import SampleLoss, check_budget, epsilon_spent, noise_for_epsilon
 from rankwise.adapters.la_lora import LocalDPConfig, cross_entropy_loss, lora_roles
+from rankwise.adapters.la_lora.procedure import ENGINES
 from rankwise.errors import InvalidInputError
 
-ENGINES = ("inprocess", "processes")
+# inprocess: clients in this process; processes: one OS process each (the method declares them, for its option check)
 Logits = Callable[[nn.Module, Mapping[str, torch.Tensor]], torch.Tensor]  # (module, batch) -> logits [B, C]
 
 

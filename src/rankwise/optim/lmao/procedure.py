@@ -5,7 +5,8 @@ and `after_step` is the zeroth-order phase on the frozen base weights W (2 forwa
     rankwise finetune --model minilm-l6 --task wiki-topics --method lora --rank 8 --procedure lmao \\
         --procedure-option base_lr=1e-6 --procedure-option eps=1e-3 --out runs/lmao
 
-    procedure = build_procedure("lmao", module, task, seed, base_lr=1e-6)     # procedure_table; or lmao_procedure(...)
+    procedure = build_procedure("lmao", module, task, seed, base_lr=1e-6)   # rankwise.training.procedures
+    procedure = lmao_procedure(module, task, seed, LmaoConfig(base_lr=1e-6))   # the same, from this module
     train(module, task, config, procedure=procedure)
 
 The ZO noise of step t is a pure function of (seed, t) (`zeroth_order.step_seed`). W changes, so a checkpoint holds
@@ -23,13 +24,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from rankwise.adapters import layer_index
+from rankwise.core.layer_names import layer_index
 from rankwise.errors import InvalidInputError
 from rankwise.optim.lmao import LmaoConfig, select_base_tensors
 from rankwise.optim.zeroth_order import SPSA, ZOStep, step_seed
-from rankwise.training.procedures import Procedure
-
-OPTIONS = ("base_lr", "eps", "weight_decay", "params", "top_k_layers", "perturbation")
+from rankwise.core.options import config_or_options
+from rankwise.core.training import Procedure
 
 
 class LmaoProcedure(Procedure):
@@ -89,14 +89,7 @@ def _top_layers_filter(module: nn.Module, k: int):
     return lambda name: layer_index(name) in top
 
 
-def lmao_procedure(module: nn.Module, task: Any, seed: int, **options: Any) -> LmaoProcedure:
-    """The builder `rankwise finetune --procedure lmao --procedure-option KEY=VALUE` calls; options: see LmaoConfig."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise InvalidInputError(f"procedure lmao has no option(s) {unknown}; its options are {list(OPTIONS)}")
-    numeric = {k: v for k, v in options.items() if k in ("base_lr", "eps", "weight_decay")}
-    for k, v in numeric.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise InvalidInputError(f"procedure lmao option {k} must be a number, got {v!r}")
-    config = LmaoConfig(**{k: (float(v) if k in numeric else v) for k, v in options.items()})
-    return LmaoProcedure(module, config, seed)
+def lmao_procedure(module: nn.Module, task: Any, seed: int, config: LmaoConfig | None = None, **options: Any) -> LmaoProcedure:
+    """The builder `rankwise finetune --procedure lmao --procedure-option KEY=VALUE` calls (options: LmaoConfig's
+    fields, parsed by `core.options`)."""
+    return LmaoProcedure(module, config_or_options(LmaoConfig, config, options, "procedure lmao"), seed)

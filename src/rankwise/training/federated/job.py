@@ -1,6 +1,6 @@
 """The entry point of a federated job: check everything, plan the privacy budget, then run the rounds on Flower.
 
-Here rather than in `federated` (the job's types and checks), which `federated_flower` imports: no import cycle.
+Here rather than in `federated` (the job's types and checks), which `flower` imports: no import cycle.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from rankwise.errors import InvalidInputError
-from rankwise.training import federated_flower
-from rankwise.training.federated import FederatedConfig, FederatedModel, FederatedResult, check_data, plan
+from rankwise.training.federated import flower
+from rankwise.training.federated.config import FederatedConfig, FederatedModel, FederatedResult, check_data, plan
 
 
 def run_federated(model: FederatedModel, data: Mapping[str, torch.Tensor], partitions: Sequence[torch.Tensor],
@@ -28,7 +28,7 @@ def run_federated(model: FederatedModel, data: Mapping[str, torch.Tensor], parti
         raise InvalidInputError("engine 'processes' needs builder=('module:function', kwargs) to rebuild the model in each client process")
     t0 = time.perf_counter()
     if config.engine == "inprocess":
-        params, rounds = federated_flower.run_inprocess(model, data, partitions, config, job, on_round)
+        params, rounds = flower.run_inprocess(model, data, partitions, config, job, on_round)
     else:
-        params, rounds = federated_flower.run_processes(model, data, partitions, config, job, builder, on_round)
+        params, rounds = flower.run_processes(model, data, partitions, config, job, builder, on_round)
     return FederatedResult(params, rounds, job, time.perf_counter() - t0, config.engine)

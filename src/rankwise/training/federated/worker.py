@@ -1,4 +1,4 @@
-"""One federated client as an OS process: `python -m rankwise.training.federated_worker JOB_DIR PARTITION ADDRESS`.
+"""One federated client as an OS process: `python -m rankwise.training.federated.worker JOB_DIR PARTITION ADDRESS`.
 
 Reads the job folder written by `federated_flower.run_processes` (job.json: the model builder, the job's settings
 and plan, the partitions; data.safetensors: the examples), rebuilds the model with the builder, keeps only its own
@@ -21,8 +21,8 @@ def main(argv: list[str]) -> int:
     from flwr.client import start_client
     from safetensors.torch import load_file
 
-    from rankwise.training.federated import ClientPlan
-    from rankwise.training.federated_flower import LaLoraClient, config_from_dict, quiet_flower
+    from rankwise.training.federated.config import ClientPlan
+    from rankwise.training.federated.flower import LaLoraClient, config_from_dict, quiet_flower
 
     quiet_flower()
     spec = json.loads((folder / "job.json").read_text())

@@ -14,7 +14,7 @@ import torch
 
 from rankwise.errors import InvalidInputError
 from rankwise.models.minilm import mean_pool
-from rankwise.training.federated import FederatedModel
+from rankwise.training.federated.config import FederatedModel
 from rankwise.training.tasks import SequenceClassifier
 
 

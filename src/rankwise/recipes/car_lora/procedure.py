@@ -12,18 +12,37 @@ again: what finetune saves is a LoRA for the original model, which is never modi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from rankwise.quant.compression_ops import parse_operators
-from rankwise.recipes.car_lora import CompressedBase
+from rankwise.core.options import config_or_options
+from rankwise.core.training import Procedure
 from rankwise.errors import InvalidInputError
-from rankwise.training.procedures import Procedure
+from rankwise.quant.compression_ops import parse_operators
+from rankwise.recipes.car_lora.compressed_base import CompressedBase
 
 DEFAULT_OPERATORS = "int8,nf4,fp4,prune,skip"  # the paper's five
-OPTIONS = ("operators", "layers", "skip_layers")
+
+# Block indices: 28, "27,28" or (27, 28); checked against the model by the builder.
+Blocks = int | str | tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class CarLoraConfig:
+    """The operator set (names, comma-separated or a list) and the blocks whose base is compressed (default: the
+    adapted blocks) or skipped by the `skip` operator (default: their middle one)."""
+
+    operators: str | tuple[str, ...] = DEFAULT_OPERATORS
+    layers: Blocks = None
+    skip_layers: Blocks = None
+
+    def validate(self) -> None:
+        parse_operators(self.operators)  # unknown or repeated operator names
+        _indices(self.layers, "layers")
+        _indices(self.skip_layers, "skip_layers")
 
 
 def operator_index(seed: int, step: int, micro: int, n: int) -> int:
@@ -64,16 +83,11 @@ class CarLoraProcedure(Procedure):
                 "skip_layers": self.base.skip_layers}
 
 
-def car_lora_procedure(module: nn.Module, task: Any, seed: int, **options: Any) -> CarLoraProcedure:
-    """Builder for `rankwise finetune --procedure car-lora`: options `operators` ('int8,nf4,...'), `layers` and
-    `skip_layers` (block indices; defaults: the adapted blocks, their middle one)."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise InvalidInputError(f"car-lora has no option(s) {unknown}; its options are {list(OPTIONS)}")
-    ops = parse_operators(options.get("operators", DEFAULT_OPERATORS))
-    layers = _indices(options.get("layers"), "layers")
-    skip = _indices(options.get("skip_layers"), "skip_layers")
-    base = CompressedBase(module, ops, layers=layers, skip_layers=skip)
+def car_lora_procedure(module: nn.Module, task: Any, seed: int, config: CarLoraConfig | None = None, **options: Any) -> CarLoraProcedure:
+    """Builder for `rankwise finetune --procedure car-lora` (options: CarLoraConfig's fields)."""
+    config = config_or_options(CarLoraConfig, config, options, "car-lora")
+    ops = parse_operators(config.operators)
+    base = CompressedBase(module, ops, layers=_indices(config.layers, "layers"), skip_layers=_indices(config.skip_layers, "skip_layers"))
     return CarLoraProcedure(base, [o.name for o in ops], seed)
 
 

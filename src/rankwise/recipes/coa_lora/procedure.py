@@ -24,7 +24,9 @@ Not resumable: the archive and the GP search live in the procedure, not in the c
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,20 +34,47 @@ import torch
 from torch import nn
 
 from rankwise.adapters.coa_lora import CoaLoraAdapter
+from rankwise.core.options import config_from_options, config_or_options, option
 from rankwise.core.progress import say
+from rankwise.core.training import Procedure
 from rankwise.errors import InvalidInputError
-from rankwise.recipes.coa_lora import ConfigurationSearch, QuantizedBank, adapted_layers, ilp_pool, space_for, stream_seed
-from rankwise.recipes.coa_lora.bank import DEFAULT_MAX_BANK_GIB
+from rankwise.recipes.coa_lora.bank import DEFAULT_MAX_BANK_GIB, QuantizedBank, adapted_layers, space_for
+from rankwise.recipes.coa_lora.search import ConfigurationSearch, ilp_pool, stream_seed
 from rankwise.recipes.coa_lora.space import Configuration
-from rankwise.training.procedures import Procedure
 
 MODES = ("pareto", "frozen", "random", "fixed")
-DEFAULTS: dict[str, Any] = {
-    "bits": (2, 3, 4, 8), "scale_bits": (8,), "scale_dtypes": ("fp32",), "blocks": (16, 32, 64), "scale_blocks": (256,),
-    "search": "pareto", "fixed": None, "search_every": 50, "n_starts": 5, "max_climb": None,
-    "budgets": (2.5, 7.3, 0.05), "bins": (2.25, 6.5, 0.25), "deploy_bits": 4.25, "max_bank_gib": DEFAULT_MAX_BANK_GIB,
-}
 _KNOB_OPTIONS = ("bits", "scale_bits", "scale_dtypes", "blocks", "scale_blocks")
+Knob = int | str | tuple[Any, ...]  # one value or a list of values of one quantization knob
+
+
+@dataclass(frozen=True)
+class CoaLoraProcedureConfig:
+    """The configuration space (each knob's values), the search and the deployment budget; see the module docstring."""
+
+    bits: Knob = (2, 3, 4, 8)
+    scale_bits: Knob = (8,)
+    scale_dtypes: Knob = ("fp32",)
+    blocks: Knob = (16, 32, 64)
+    scale_blocks: Knob = (256,)
+    search: str = field(default="pareto", metadata=option(choices=MODES))
+    fixed: tuple[Any, ...] | None = None  # one option (b0, b1, b2, B0, B1), or one per layer
+    search_every: int = 50
+    n_starts: int = 5
+    max_climb: int | None = None
+    budgets: tuple[float, ...] = (2.5, 7.3, 0.05)  # (low, high, step) of the ILP pool's bit budgets
+    bins: tuple[float, ...] = (2.25, 6.5, 0.25)  # (low, high, step) of the search's bit bins
+    deploy_bits: float = 4.25
+    max_bank_gib: float = DEFAULT_MAX_BANK_GIB
+
+    def validate(self) -> None:
+        self.options()
+
+    def options(self) -> dict[str, Any]:
+        """The options as the procedure uses them (every knob a tuple); InvalidInputError for a bad value."""
+        return _checked(dataclasses.asdict(self))
+
+
+DEFAULTS: dict[str, Any] = dataclasses.asdict(CoaLoraProcedureConfig())
 
 
 def _as_tuple(value: Any, name: str) -> tuple:
@@ -66,10 +95,10 @@ def _number(value: Any, name: str, low: float, integer: bool = False) -> Any:
 
 def check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The procedure's options with defaults filled in; InvalidInputError for an unknown or bad one."""
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise InvalidInputError(f"coa-lora procedure has no option(s) {unknown}; its options are {sorted(DEFAULTS)}")
-    o = {**DEFAULTS, **options}
+    return config_from_options(CoaLoraProcedureConfig, options, "coa-lora procedure").options()
+
+
+def _checked(o: dict[str, Any]) -> dict[str, Any]:
     for name in _KNOB_OPTIONS:
         o[name] = _as_tuple(o[name], name)
     if o["search"] not in MODES:
@@ -184,6 +213,7 @@ class CoaLoraProcedure(Procedure):
         return {"procedure": self.name, **{f"coa-lora {k}": v for k, v in sorted(self.options.items())}}
 
 
-def coa_lora_procedure(module: nn.Module, task: Any, seed: int, **options: Any) -> CoaLoraProcedure:
+def coa_lora_procedure(module: nn.Module, task: Any, seed: int, config: CoaLoraProcedureConfig | None = None, **options: Any) -> CoaLoraProcedure:
     """Builder for `rankwise finetune --procedure coa-lora --procedure-option KEY=VALUE` (see the module docstring)."""
-    return CoaLoraProcedure(module, seed, check_options(options))
+    config = config_or_options(CoaLoraProcedureConfig, config, options, "coa-lora procedure")
+    return CoaLoraProcedure(module, seed, config.options())

@@ -4,7 +4,7 @@ weights W at the *updated* factors, on the same batch. The sum of the two update
 LoRA level because the ZO phase keeps no activations.
 
 This file holds the method's settings and which tensors are "W". The loop integration (the ZO phase as the training
-loop's `after_step` hook) is `rankwise.training.lmao`.
+loop's `after_step` hook) is `rankwise.optim.lmao.procedure`.
 
 What "W" is (`LmaoConfig.params`):
 - "all" (default, the authors' code): every frozen floating-point parameter of the trained module — embeddings,
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
 
+from rankwise.core.options import option
 from rankwise.errors import InvalidInputError
 from rankwise.optim.zeroth_order import PERTURBATIONS
 
@@ -36,9 +37,9 @@ class LmaoConfig:
     base_lr: float = 1e-6  # eta_W: plain SGD, constant (the reference code does not schedule it)
     eps: float = 1e-3  # SPSA perturbation scale (the paper's 1e-3)
     weight_decay: float = 0.0  # on W's tensors of dim >= 2 (the paper's 0)
-    params: str = "all"  # which frozen tensors are W; see the module docstring
+    params: str = field(default="all", metadata=option(choices=BASE_PARAMS))  # which frozen tensors are W; see the module docstring
     top_k_layers: int | None = None  # None: every layer; K: only the top K layers' tensors
-    perturbation: str = "exact"  # "exact" (W untouched during the forwards) or "in-place" (MeZO's +eps, -2eps, +eps)
+    perturbation: str = field(default="exact", metadata=option(choices=PERTURBATIONS))  # "exact" (W untouched during the forwards) or "in-place" (MeZO's +eps, -2eps, +eps)
 
     def validate(self) -> None:
         for name in ("base_lr", "eps", "weight_decay"):

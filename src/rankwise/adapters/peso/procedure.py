@@ -14,6 +14,7 @@ complete adapter (a plain LoRA PEFT folder): the next stage's `previous`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,10 +24,29 @@ from torch import nn
 from rankwise.adapters import AdaptedModel
 from rankwise.adapters.peso import DEFAULT_EPS, PROXIMAL_KINDS, ProximalRegularizer, check_proximal, inherit, lora_factors_of
 from rankwise.core.io import sha256_of
+from rankwise.core.options import config_or_options, option
+from rankwise.core.training import Procedure
 from rankwise.errors import InvalidInputError
-from rankwise.training.procedures import Procedure
 
-OPTIONS = ("previous", "lam", "proximal", "eps", "adapter")
+
+@dataclass(frozen=True)
+class PesoConfig:
+    """One PESO stage: the previous stage's adapter folder (required), the proximal term's weight and kind."""
+
+    # an int too: literal_eval reads a folder named 2024 as a number (the builder takes str(previous))
+    previous: str | int = field(metadata=option(metavar="PREV_OUT/adapter",
+                                                help="the previous stage's adapter; the first stage is plain --method lora"))
+    lam: float = 2.0  # >= 0
+    proximal: str = field(default="kl", metadata=option(choices=PROXIMAL_KINDS))  # PESO's softmax-KL, or l2
+    eps: float = DEFAULT_EPS
+    adapter: str = "default"  # the adapter name inside the model
+
+    def validate(self) -> None:
+        """What needs no model: the proximal settings, and that `previous` is a folder."""
+        check_proximal(self.lam, self.proximal, self.eps)
+        folder = Path(str(self.previous))
+        if not folder.is_dir():
+            raise InvalidInputError(f"--procedure peso: previous={folder} is not a folder (pass the previous run's OUT/adapter)")
 
 
 class PesoProcedure(Procedure):
@@ -59,28 +79,13 @@ def find_adapted(module: nn.Module) -> AdaptedModel:
     raise InvalidInputError("--procedure peso trains an adapter: the module holds no AdaptedModel (use --method lora)")
 
 
-def peso_procedure(module: nn.Module, task: Any, seed: int, **options: Any) -> PesoProcedure:
-    """The builder behind `--procedure peso`. Options: previous (the previous stage's adapter folder, required),
-    lam (>= 0, default 2.0), proximal ("kl" or "l2", default "kl"), eps (default 1e-8), adapter (default "default")."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise InvalidInputError(f"--procedure peso: unknown option(s) {unknown}; it takes {list(OPTIONS)}")
-    previous = options.get("previous")
-    if not previous:
-        raise InvalidInputError("--procedure peso needs --procedure-option previous=PREV_OUT/adapter (the previous stage's "
-                                "adapter; the first stage is plain --method lora)")
-    lam = options.get("lam", 2.0)
-    kind = options.get("proximal", "kl")
-    eps = options.get("eps", DEFAULT_EPS)
-    adapter_name = options.get("adapter", "default")
-    if kind not in PROXIMAL_KINDS:
-        raise InvalidInputError(f"--procedure peso: proximal must be one of {PROXIMAL_KINDS}, got {kind!r}")
-    check_proximal(lam, kind, eps)
-    folder = Path(str(previous))
-    if not folder.is_dir():
-        raise InvalidInputError(f"--procedure peso: previous={folder} is not a folder (pass the previous run's OUT/adapter)")
+def peso_procedure(module: nn.Module, task: Any, seed: int, config: PesoConfig | None = None, **options: Any) -> PesoProcedure:
+    """The builder behind `--procedure peso`: inherit the previous stage's adapter and anchor the proximal term to it."""
+    config = config_or_options(PesoConfig, config, options, "--procedure peso")
+    folder = Path(str(config.previous))
     adapted = find_adapted(module)
-    anchor = inherit(adapted, folder, adapter_name)
+    anchor = inherit(adapted, folder, config.adapter)
     weights = sorted(folder.glob("*.safetensors"))
     digest = ",".join(f"{p.name}:{sha256_of(p)[:16]}" for p in weights)
-    return PesoProcedure(adapted, ProximalRegularizer(anchor, lam, kind, eps), adapter_name, str(folder), digest)
+    return PesoProcedure(adapted, ProximalRegularizer(anchor, config.lam, config.proximal, config.eps), config.adapter,
+                         str(folder), digest)

@@ -36,7 +36,7 @@ from flwr.server.strategy import FedAvg
 
 from rankwise.adapters.la_lora import local_round
 from rankwise.errors import InvalidInputError, NumericalError, RankwiseError
-from rankwise.training.federated import ClientPlan, FederatedConfig, FederatedModel, Plan
+from rankwise.training.federated.config import ClientPlan, FederatedConfig, FederatedModel, Plan
 
 CONNECT_TIMEOUT_S = 300.0  # how long the gRPC server waits for every client process to connect
 
@@ -201,7 +201,7 @@ def run_processes(model: FederatedModel, data: Mapping[str, torch.Tensor], parti
                 "partitions": [torch.as_tensor(p).tolist() for p in partitions]}
         (folder / "job.json").write_text(json.dumps(spec))
         address = f"127.0.0.1:{_free_port()}"
-        procs = [subprocess.Popen([sys.executable, "-m", "rankwise.training.federated_worker", str(folder), str(i), address])
+        procs = [subprocess.Popen([sys.executable, "-m", "rankwise.training.federated.worker", str(folder), str(i), address])
                  for i in range(len(partitions))]
         strategy = PlannedFedAvg(model.names, model.tensors(), job, on_round)
         try:

@@ -1,4 +1,4 @@
-"""The training loop: AdamW (or any optimizer from a factory, see `optimizers`) with warmup + cosine (to a floor),
+"""The training loop: AdamW (or any optimizer from a factory, see `optimizer`) with warmup + cosine (to a floor),
 gradient accumulation, gradient clipping, periodic evaluation, tokens seen, checkpoints every N steps with exact
 resume, a progress bar, a NaN guard, and data parallelism under torchrun (see `distributed`).
 
@@ -20,89 +20,20 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
 
 from rankwise.core.progress import progress, say
+from rankwise.core.training import distributed
+from rankwise.core.training.checkpoint import load_checkpoint, save_checkpoint, trainable
+from rankwise.core.training.contracts import Task, TrainConfig, TrainResult, count_tokens
+from rankwise.core.training.optimizer import OptimizerFactory, adamw, optimizer_label
+from rankwise.core.training.procedure import Procedure
+from rankwise.core.training.schedule import lr_at
 from rankwise.errors import InvalidInputError, NumericalError
-from rankwise.training import distributed
-from rankwise.training.checkpoint import load_checkpoint, save_checkpoint, trainable
-from rankwise.training.optimizers import OptimizerFactory, adamw, optimizer_label
-from rankwise.training.procedures import Procedure
-from rankwise.training.schedule import DECAYS, lr_at
-
-
-class Task(Protocol):
-    name: str
-    metric: str
-    higher_is_better: bool
-
-    @property
-    def num_train(self) -> int: ...
-    def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]: ...
-    def loss(self, module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
-    def evaluate(self, module: nn.Module) -> dict[str, float]: ...
-    # Optional: `batch_tokens(batch) -> int`, the tokens a batch holds (default: see `count_tokens`).
-
-
-@dataclass
-class TrainConfig:
-    steps: int = 100  # optimizer steps
-    batch_size: int = 16  # examples per micro-batch (the global batch: under DDP each rank takes an equal slice)
-    grad_accum: int = 1  # micro-batches per optimizer step
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.1  # fraction of steps with linear warmup
-    min_lr_ratio: float = 0.0  # the decay's floor, as a fraction of lr
-    decay: str = "cosine"  # after warmup: "cosine", "linear" (to the floor) or "constant" (schedule.DECAYS)
-    max_grad_norm: float | None = 1.0  # None: no clipping
-    eval_every: int = 0  # 0: evaluate only at the end
-    checkpoint_every: int = 0  # 0: no checkpoints
-    seed: int = 0
-
-    def validate(self) -> None:
-        for name in ("steps", "batch_size", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise InvalidInputError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise InvalidInputError(f"lr must be a positive number, got {self.lr}")
-        if self.decay not in DECAYS:
-            raise InvalidInputError(f"decay must be one of {list(DECAYS)}, got {self.decay!r}")
-        if self.eval_every < 0 or self.checkpoint_every < 0:
-            raise InvalidInputError("eval_every and checkpoint_every must be >= 0 (0 disables them)")
-
-    @property
-    def warmup_steps(self) -> int:
-        return int(round(self.warmup_ratio * self.steps))
-
-
-@dataclass
-class TrainResult:
-    steps: int  # steps done when this call returned (config.steps unless stopped early)
-    final: dict[str, float]  # evaluation after the last step (empty when stopped early)
-    history: list[dict[str, float]] = field(default_factory=list)  # per step: step, loss, lr, grad_norm, tokens (cumulative)
-    evals: list[dict[str, float]] = field(default_factory=list)  # periodic evaluations with their step
-    wall_s: float = 0.0
-    resumed_from: int | None = None
-    optimizer: torch.optim.Optimizer | None = None  # the optimizer used, with its final state (not in summary())
-    world_size: int = 1  # processes that trained (DDP ranks)
-
-    @property
-    def losses(self) -> list[float]:
-        return [h["loss"] for h in self.history]
-
-    @property
-    def tokens_seen(self) -> int:
-        """Training tokens consumed over all ranks (see `count_tokens`)."""
-        return int(self.history[-1].get("tokens", 0)) if self.history else 0
-
-    def eval_curve(self, metric: str = "eval_loss") -> list[tuple[int, float]]:
-        """(step, metric) of every evaluation, periodic and final."""
-        return [(int(e["step"]), e[metric]) for e in self.evals if metric in e]
 
 
 def batch_indices(micro_batch: int, batch_size: int, num_train: int, seed: int) -> torch.Tensor:
@@ -114,16 +45,6 @@ def batch_indices(micro_batch: int, batch_size: int, num_train: int, seed: int) 
         perm = torch.randperm(num_train, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
         out.extend(perm[offset : offset + batch_size - len(out)].tolist())
     return torch.tensor(out)
-
-
-def count_tokens(batch: dict[str, torch.Tensor]) -> int:
-    """Tokens in a batch: the attention mask's ones if there is one, else every input id, else the examples."""
-    if "attention_mask" in batch:
-        return int(batch["attention_mask"].sum())
-    if "input_ids" in batch:
-        return batch["input_ids"].numel()
-    first = next(iter(batch.values()), None)
-    return int(first.size(0)) if torch.is_tensor(first) and first.dim() else 0
 
 
 def train(
@@ -163,6 +84,9 @@ def train(
     """
     config.validate()
     procedure = procedure or Procedure()
+    if procedure.runs_on != "loop":
+        raise InvalidInputError(f"training procedure {procedure.name!r} runs on the {procedure.runs_on!r} runner, not in "
+                                "this loop: run it with rankwise.training.procedures.run_procedure")
     if not procedure.resumable and config.checkpoint_every and out_dir is not None:
         raise InvalidInputError(f"training procedure {procedure.name!r} keeps state a checkpoint cannot store: "
                                 "pass checkpoint_every=0 (no checkpoints, no resume)")

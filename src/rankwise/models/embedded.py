@@ -1,0 +1,32 @@
+"""The embedded models: one record each, the only table of them (the loader, `rankwise info`, the reproductions'
+smoke stand-ins and the CLI's `--model` checks all read it). Torch-free, so the CLI can check a model name before
+any heavy import; loaders and stand-ins are "module:function" targets resolved on use.
+
+A new embedded model (a package that ships weights, or a backbone pretrained here once and cached) adds a record:
+its loader returns (model, tokenizer-or-None) offline, and its smoke stand-in builds a tiny random model of the
+same classes for smoke runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str  # what `--model NAME` and `load_model(NAME)` take
+    summary: str  # what it is, for `rankwise info` and error messages
+    causal: bool  # a causal language model (has an LM head)
+    model_type: str  # the transformers model_type (its architecture's default adapter targets follow from it)
+    loader: str  # "module:function" () -> (model, tokenizer)
+    smoke: str  # "module:function" (seed, **shape) -> (model, tokenizer): the tiny stand-in of smoke runs
+    smoke_shape: dict[str, Any] = field(default_factory=dict)  # the stand-in's default shape
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {m.name: m for m in (
+    EmbeddedModel("smollm2-135m", "causal language model (SmolLM2-135M-Instruct, Llama architecture)", True, "llama",
+                  "rankwise.models.smollm2:load_smollm2", "rankwise.models.tiny:smollm2_stand_in", {"num_layers": 2}),
+    EmbeddedModel("minilm-l6", "sentence encoder (all-MiniLM-L6-v2, BERT architecture)", False, "bert",
+                  "rankwise.models.minilm:load_minilm", "rankwise.models.tiny:minilm_stand_in"),
+)}

@@ -1,0 +1,1 @@
+"""The records, one file per family."""

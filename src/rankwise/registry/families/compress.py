@@ -1,0 +1,22 @@
+"""Model conversion and compression (CARE's GQA-to-MLA, CodeQuant)."""
+
+from __future__ import annotations
+
+from rankwise.registry.records import BenchmarkEntry, Command, FolderFormat, MethodSpec, record, repro
+
+METHODS: tuple[MethodSpec, ...] = (
+    record("care-mla", "CARE: Covariance-Aware and Rank-Enhanced Decomposition for Enabling Multi-Head Latent Attention", "compress",
+       api=["rankwise.compress.mla:convert_to_mla", "rankwise.compress.mla:decompose_kv", "rankwise.compress.mla:allocate_ranks",
+            "rankwise.compress.mla:save_mla", "rankwise.compress.mla:load_mla", "rankwise.core.linalg:whitened_low_rank",
+            "rankwise.compress.mla_deploy:convert_to_deployable_mla", "rankwise.compress.mla_deploy:export_deepseek_v3",
+            "rankwise.compress.mla:text_calibration_windows"],
+       experiments=[repro("care-mla", summary="one-shot GQA->MLA on SmolLM2: CARE vs plain SVD and SVD-LLM, uniform vs adjusted ranks over calibration seeds, perplexity and next-sentence accuracy", threads=None),
+                    repro("care-mla", "deploy", "latent-only KV cache, absorbed decoding, DeepSeek-V3 export; CARE vs Palu and MHA2MLA-style inits after equal healing", threads=None),
+                    repro("care-mla", name="domain", summary="calibration domain: calibrate on wiki or Python-reference prose, evaluate on the other; the mix, in-domain amounts, covariance spectrum, near-full rank", module="domain")],
+       demo="rankwise.demos.care_mla:headline",
+       commands=[Command("convert mla", "rankwise.commands.convert_mla")],
+       folder_formats=[FolderFormat("mla-oneshot", "rankwise.compress.mla.io:load_mla")],
+       benchmarks=[BenchmarkEntry("mla-deploy", "bench_mla_deploy.py")],
+       docs="docs/methods/care-mla.md"),
+    record("codequant", "CodeQuant: Unified Clustering and Quantization for Enhanced Outlier Smoothing in Low-Precision Mixture-of-Experts", "compress"),
+)
