@@ -1,6 +1,8 @@
 """Adapter core invariants on tiny models: injection, several adapters, disable/delete, merge, counts, bad input.
 
-The matrix runs every invariant for every registered adapter type whose config builds from (r, target_modules).
+The matrix runs every invariant for every registered adapter type (the registry records' `adapters`), each with
+its defaults and, where it has them, a variant; a type that needs calibration statistics gets them from random ids.
+`test_the_matrix_covers_every_registered_adapter_type` fails when a record adds a type the matrix lacks.
 """
 
 import copy
@@ -9,14 +11,20 @@ import pytest
 import torch
 
 from rankwise.adapters import (
+    ADAPTER_TYPES,
     AdaptedLinear,
+    GuardSpaceConfig,
     LoraConfig,
     PicaConfig,
     add_adapter,
+    adapter_type,
     find_targets,
     layer_index,
     module_type,
 )
+from rankwise.adapters.coa_lora import CoaLoraConfig
+from rankwise.adapters.svft import SvftConfig
+from rankwise.core.calibration import collect_second_moments
 from rankwise.errors import InvalidInputError, UnknownNameError
 from rankwise.models import tiny_bert, tiny_llama
 from rounding import assert_rounding_close, logits_tol
@@ -26,6 +34,10 @@ CONFIGS = {
     "lora-pissa": lambda **kw: LoraConfig(lora_alpha=16, init="pissa", **kw),
     "pica": lambda **kw: PicaConfig(**kw),
     "pica-unshared-random": lambda **kw: PicaConfig(share=False, subspace="random", **kw),
+    "svft": lambda **kw: SvftConfig(**kw),
+    "svft-banded": lambda **kw: SvftConfig(off_diag=1, **kw),
+    "guardspace": lambda **kw: GuardSpaceConfig(**kw),
+    "coa-lora": lambda **kw: CoaLoraConfig(**kw),
 }
 TARGETS = ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj"]
 
@@ -48,12 +60,26 @@ def llama():
     return tiny_llama(seed=0)
 
 
+def _adapt(kind, model, **kw):
+    """add_adapter with CONFIGS[kind]; a type that builds from input statistics gets them from random ids."""
+    config = CONFIGS[kind](**kw)
+    statistics = None
+    if adapter_type(config.method).needs_statistics:
+        batches = [_ids(seed=10, shape=(2, 8))]  # 16 tokens: a protected span narrower than the width, as GuardSpace needs
+        statistics = collect_second_moments(model, find_targets(model, config), batches, use_cache=False)
+    return add_adapter(model, config, statistics=statistics)
+
+
+def test_the_matrix_covers_every_registered_adapter_type():
+    assert {CONFIGS[k]().method for k in CONFIGS} == set(ADAPTER_TYPES)
+
+
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_init_is_identity_and_disable_is_exact(kind, llama):
     base = copy.deepcopy(llama)
     ids = _ids()
     ref = base(input_ids=ids).logits
-    model = add_adapter(llama, CONFIGS[kind](r=4, target_modules=TARGETS))
+    model = _adapt(kind, llama, r=4, target_modules=TARGETS)
     # PiSSA / PiCa rewrite W at init: equal to the base up to rounding, not bit for bit
     assert_rounding_close(model(input_ids=ids).logits, ref, base)
     _perturb(model)
@@ -64,7 +90,7 @@ def test_init_is_identity_and_disable_is_exact(kind, llama):
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_merge_unmerge_exact_and_idempotent(kind, llama):
-    model = add_adapter(llama, CONFIGS[kind](r=4, target_modules=TARGETS))
+    model = _adapt(kind, llama, r=4, target_modules=TARGETS)
     _perturb(model)
     ids = _ids()
     unmerged = model(input_ids=ids).logits
@@ -88,7 +114,7 @@ def test_merge_unmerge_exact_and_idempotent(kind, llama):
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_merge_and_unload_gives_plain_linear(kind, llama):
-    model = add_adapter(llama, CONFIGS[kind](r=4, target_modules=TARGETS))
+    model = _adapt(kind, llama, r=4, target_modules=TARGETS)
     _perturb(model)
     ids = _ids()
     expected = model(input_ids=ids).logits

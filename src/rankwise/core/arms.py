@@ -184,3 +184,42 @@ def select_with_extension(grid: Sequence[float], score: Callable[[float], float]
         scores[new] = score(new)
     values = sorted(scores)
     return select_from_scores(values, [scores[v] for v in values], higher_is_better, param)
+
+
+@dataclass
+class Tuned:
+    """What `tune_then_seeds` returns: the selection, every tuning run by value, and one run per seed at the choice
+    (the first seed's is the tuning run itself)."""
+
+    selection: Selection
+    runs: dict[float, Any]
+    seed_runs: list[Any]
+
+    @property
+    def chosen(self) -> float:
+        return float(self.selection.chosen)
+
+
+def tune_then_seeds(grid: Sequence[float], run: Callable[[float, int], Any], seeds: Sequence[int],
+                    score: Callable[[Any], float], higher_is_better: bool, param: str = "lr", max_extend: int = 1,
+                    label: str = "", score_name: str = "validation score") -> Tuned:
+    """The protocol's arm tuning: run every grid value on `seeds[0]` and score each run on validation (the grid
+    extended at its own step off an edge, `select_with_extension` + `grid_step_neighbour`); the seed-`seeds[0]` run
+    at the chosen value is that seed's run (it was trained exactly so), and the other seeds are run at the choice.
+    `run(value, seed)` trains one arm; `score(result)` reads its validation score."""
+    from rankwise.core.progress import say
+
+    if not seeds:
+        raise InvalidInputError("tune_then_seeds needs at least one seed")
+    runs: dict[float, Any] = {}
+
+    def tuning_score(value: float) -> float:
+        runs[value] = run(value, seeds[0])
+        got = score(runs[value])
+        say(f"{label}: {param} {value:.3g} -> {score_name} {got:.4f}")
+        return got
+
+    selection = select_with_extension(grid, tuning_score, higher_is_better=higher_is_better, param=param,
+                                      max_extend=max_extend, neighbour=grid_step_neighbour(grid))
+    chosen = float(selection.chosen)
+    return Tuned(selection, runs, [runs[chosen]] + [run(chosen, s) for s in seeds[1:]])

@@ -7,7 +7,7 @@ from rankwise.registry.general import COMMAND_GROUPS, GENERAL_COMMANDS
 from rankwise.registry.readme import README_END, README_START, markdown_table, readme_with_table
 from rankwise.registry.records import (FAMILIES, FINETUNE, MAIN, STATUSES, TRAINS, AdapterEntry, BenchmarkEntry,
                                        Command, Experiment, FolderFormat, LayerEntry, MethodSpec, OptimizerEntry,
-                                       ProcedureEntry, TaskEntry, marked_test_slugs, report_reproduces, repo_root)
+                                       ProcedureEntry, RunEntry, TaskEntry, marked_test_slugs, report_reproduces, repo_root)
 from rankwise.targets import defines, resolve, resolves
 
 __all__ = [
@@ -15,6 +15,6 @@ __all__ = [
     "methods_with_reproduction", "parse_target", "COMMAND_GROUPS", "GENERAL_COMMANDS", "README_END", "README_START",
     "markdown_table", "readme_with_table", "FAMILIES", "FINETUNE", "MAIN", "STATUSES", "TRAINS",
     "AdapterEntry", "BenchmarkEntry", "Command", "Experiment", "FolderFormat", "LayerEntry", "MethodSpec",
-    "OptimizerEntry", "ProcedureEntry", "TaskEntry", "marked_test_slugs", "report_reproduces", "repo_root", "defines",
+    "OptimizerEntry", "ProcedureEntry", "RunEntry", "TaskEntry", "marked_test_slugs", "report_reproduces", "repo_root", "defines",
     "resolve", "resolves",
 ]

@@ -143,6 +143,18 @@ class TaskEntry:
 
 
 @dataclass(frozen=True)
+class RunEntry:
+    """A way to run the method on a user's own data or environment (`rankwise run SLUG[:NAME] KEY=VALUE ...` or
+    `--config FILE.json`): `target` names a function (config, out: Path) -> dict of JSON results, `config` its
+    frozen config dataclass (the KEY=VALUE options, parsed by `core.options`). The first entry is the default."""
+
+    name: str
+    target: str
+    config: str
+    summary: str
+
+
+@dataclass(frozen=True)
 class BenchmarkEntry:
     """A benchmark script (`benchmarks/<script>`), side by side with its peer; every one has `--smoke`."""
 
@@ -166,6 +178,7 @@ class MethodSpec:
     layers: tuple[LayerEntry, ...] = ()
     tasks: tuple[TaskEntry, ...] = ()
     benchmarks: tuple[BenchmarkEntry, ...] = ()
+    runs: tuple[RunEntry, ...] = ()
     docs: str | None = None  # the method page, relative to the checkout
 
     def __post_init__(self) -> None:

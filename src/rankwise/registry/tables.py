@@ -13,7 +13,7 @@ from rankwise.errors import RankwiseError, UnknownNameError
 from rankwise.registry.catalogue import METHODS
 from rankwise.registry.general import GENERAL_ADAPTERS, GENERAL_BENCHMARKS, GENERAL_OPTIMIZERS, GENERAL_TASKS
 from rankwise.registry.records import (AdapterEntry, BenchmarkEntry, LayerEntry, MethodSpec, OptimizerEntry,
-                                       ProcedureEntry, TaskEntry)
+                                       ProcedureEntry, RunEntry, TaskEntry)
 
 E = TypeVar("E")
 
@@ -62,6 +62,23 @@ def layer_entries() -> list[tuple[str, LayerEntry]]:
 def benchmark_entries() -> list[tuple[str | None, BenchmarkEntry]]:
     """(method slug or None, entry) of every benchmark script under `benchmarks/`."""
     return list(_of("benchmarks", GENERAL_BENCHMARKS).values())
+
+
+def run_entries() -> dict[str, list[RunEntry]]:
+    """`rankwise run SLUG[:NAME]`: each method's run entries (the first is its default), by slug."""
+    return {m.slug: list(m.runs) for m in METHODS if m.runs}
+
+
+def run_entry(target: str) -> tuple[str, RunEntry]:
+    """"SLUG" or "SLUG:NAME" -> (slug, entry); UnknownNameError naming what can be run."""
+    slug, _, name = target.partition(":")
+    entries = run_entries()
+    if slug not in entries:
+        raise UnknownNameError(f"{slug!r} has nothing to run on your own data; methods with a run entry: {sorted(entries) or 'none yet'}")
+    for entry in entries[slug]:
+        if not name or entry.name == name:
+            return slug, entry
+    raise UnknownNameError(f"{slug} has no run entry {name!r}; it has {[e.name for e in entries[slug]]}")
 
 
 def procedure_method(name: str) -> MethodSpec:

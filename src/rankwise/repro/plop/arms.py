@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rankwise.adapters import AdaptedModel, LoraConfig
-from rankwise.core.arms import Selection, grid_step_neighbour, select_with_extension
-from rankwise.core.progress import say
+from rankwise.core.arms import Selection, tune_then_seeds
 from rankwise.core.seed import set_seed
 from rankwise.training import TrainConfig, train
 from rankwise.training.top_layers_lm import CachedWindows, TopLayersLM
@@ -71,16 +70,7 @@ class ArmRunner:
 
     def tune_and_run(self, placement: Placement, grid: tuple[float, ...], seeds: list[int], max_extensions: int) -> ArmResult:
         """Choose the lr on validation (seed `seeds[0]`, grid extended off an edge), then run the other seeds at it."""
-        runs: dict[float, RunResult] = {}
-
-        def validation_nll(lr: float) -> float:
-            runs[lr] = self.run(placement, lr, seeds[0])
-            say(f"{placement.name}: lr {lr:.3g} -> validation NLL {runs[lr].val_nll:.4f}")
-            return runs[lr].val_nll
-
-        selection = select_with_extension(grid, validation_nll, higher_is_better=False, param="lr",
-                                          max_extend=max_extensions, neighbour=grid_step_neighbour(grid))
-        arm = ArmResult(placement, selection, runs)
-        # The seed-`seeds[0]` run at the chosen lr is that seed's run (it was trained exactly so); the rest are new.
-        arm.seed_runs = [runs[arm.lr]] + [self.run(placement, arm.lr, sd) for sd in seeds[1:]]
-        return arm
+        tuned = tune_then_seeds(grid, lambda lr, seed: self.run(placement, lr, seed), seeds, score=lambda r: r.val_nll,
+                                higher_is_better=False, max_extend=max_extensions, label=placement.name,
+                                score_name="validation NLL")
+        return ArmResult(placement, tuned.selection, tuned.runs, tuned.seed_runs)

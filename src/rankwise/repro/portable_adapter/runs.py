@@ -23,8 +23,7 @@ import torch
 
 from rankwise.adapters import AdaptedModel, LoraConfig
 from rankwise.recipes.car_lora import CompressedBase
-from rankwise.core.arms import Selection, grid_step_neighbour, select_with_extension
-from rankwise.core.progress import say
+from rankwise.core.arms import Selection, tune_then_seeds
 from rankwise.core.seed import set_seed
 from rankwise.training import TrainConfig, train
 from rankwise.recipes.car_lora.procedure import CarLoraProcedure
@@ -88,18 +87,10 @@ class ArmRunner:
 
     def tune_and_run(self, spec: ArmSpec, grid: tuple[float, ...], seeds: list[int], max_extensions: int) -> ArmResult:
         """Choose the lr on validation (seed `seeds[0]`, grid extended off an edge), then run the other seeds at it."""
-        runs: dict[float, Run] = {}
-
-        def validation_nll(lr: float) -> float:
-            runs[lr] = self.run(spec, lr, seeds[0])
-            say(f"{spec.name}: lr {lr:.3g} -> validation NLL {runs[lr].val_nll:.4f}")
-            return runs[lr].val_nll
-
-        selection = select_with_extension(grid, validation_nll, higher_is_better=False, param="lr",
-                                          max_extend=max_extensions, neighbour=grid_step_neighbour(grid))
-        chosen = float(selection.chosen)
-        seed_runs = [runs[chosen]] + [self.run(spec, chosen, s) for s in seeds[1:]]
-        return ArmResult(spec, selection, runs, seed_runs)
+        tuned = tune_then_seeds(grid, lambda lr, seed: self.run(spec, lr, seed), seeds, score=lambda r: r.val_nll,
+                                higher_is_better=False, max_extend=max_extensions, label=spec.name,
+                                score_name="validation NLL")
+        return ArmResult(spec, tuned.selection, tuned.runs, tuned.seed_runs)
 
     def evaluate(self, state: dict[str, tuple[torch.Tensor, torch.Tensor]], ops: list[str], data: CachedWindows,
                  base: CompressedBase | None = None) -> dict[str, float]:
