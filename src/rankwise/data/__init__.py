@@ -1,4 +1,11 @@
-"""Corpora and tasks with deterministic splits."""
+"""Corpora and tasks with deterministic splits.
+
+The text corpus and its tasks are exported here. The domain loaders are imported by module, so that importing
+`rankwise.data` pulls in none of their dependencies (RDKit, MuJoCo, ...): `data.vision` (Fashion-MNIST, digits,
+scikit-image), `data.tabular` (COMPAS, Adult), `data.graphs` (CSBM pairs, fly connectomes), `data.molecules`
+(Hallem-Carlson odorants, PubChem SMILES, RDKit features), `data.control` (gymnasium, Meta-World experts),
+`data.pdes` (spectral solvers at several resolutions), `data.ratings` (MovieLens); `data.splits` is their shared
+stratified split."""
 
 from rankwise.data.batches import TASKS, task_batches
 from rankwise.data.topics import TopicTask, topic_labels, topic_task

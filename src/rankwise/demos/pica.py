@@ -11,6 +11,7 @@ import torch
 
 from rankwise.adapters import PicaConfig, add_adapter
 from rankwise.core.threads import limit_threads
+from rankwise.core.training import fit
 
 TARGETS = ["q_proj", "v_proj", "up_proj", "down_proj"]
 TOP_LAYERS = [28, 29]
@@ -28,13 +29,13 @@ def headline(ctx) -> None:
         train = ctx.calibration_windows[:, : (ctx.calibration_windows.size(1) // SEQ) * SEQ].reshape(-1, SEQ)
         held_out = ctx.eval_windows[:1, :256]
         before = _loss(adapted, held_out)
-        opt = torch.optim.AdamW([p for p in adapted.parameters() if p.requires_grad], lr=1e-3)
+
+        def loss_at(step: int) -> torch.Tensor:
+            batch = train[step * 4 : step * 4 + 4]  # the next 4 windows, in order
+            return adapted(input_ids=batch, labels=batch).loss
+
         adapted.train()
-        for step in range(STEPS):
-            batch = train[step * 4 : step * 4 + 4]
-            adapted(input_ids=batch, labels=batch).loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        fit(adapted, loss_at, STEPS, lambda params: torch.optim.AdamW(params, lr=1e-3))
         after = _loss(adapted, held_out)
         with tempfile.TemporaryDirectory() as tmp:
             adapted.save(Path(tmp) / "pica", base_model_name_or_path="smollm2-135m")

@@ -9,10 +9,11 @@ that is a function of the step): layers fitted to activations, implicit neural r
 """
 
 from rankwise.core.training.contracts import Task, TrainConfig, TrainResult, count_tokens
+from rankwise.core.training.fitting import FitResult, fit
 from rankwise.core.training.loop import batch_indices, summary, train
 from rankwise.core.training.optimizer import OptimizerFactory, adamw, optimizer_label
 from rankwise.core.training.procedure import RUNNERS, Procedure, ProcedureBuilder
 from rankwise.core.training.schedule import DECAYS, lr_at
 
-__all__ = ["Task", "TrainConfig", "TrainResult", "count_tokens", "batch_indices", "summary", "train", "OptimizerFactory",
-           "adamw", "optimizer_label", "RUNNERS", "Procedure", "ProcedureBuilder", "DECAYS", "lr_at"]
+__all__ = ["Task", "TrainConfig", "TrainResult", "count_tokens", "FitResult", "fit", "batch_indices", "summary", "train",
+           "OptimizerFactory", "adamw", "optimizer_label", "RUNNERS", "Procedure", "ProcedureBuilder", "DECAYS", "lr_at"]

@@ -30,10 +30,11 @@ from rankwise.core.progress import progress, say
 from rankwise.core.training import distributed
 from rankwise.core.training.checkpoint import load_checkpoint, save_checkpoint, trainable
 from rankwise.core.training.contracts import Task, TrainConfig, TrainResult, count_tokens
+from rankwise.core.training.guard import check_covers, grad_norm, nonfinite_error
 from rankwise.core.training.optimizer import OptimizerFactory, adamw, optimizer_label
 from rankwise.core.training.procedure import Procedure
 from rankwise.core.training.schedule import lr_at
-from rankwise.errors import InvalidInputError, NumericalError
+from rankwise.errors import InvalidInputError
 
 
 def batch_indices(micro_batch: int, batch_size: int, num_train: int, seed: int) -> torch.Tensor:
@@ -105,7 +106,7 @@ def train(
         raise InvalidInputError("the module has no trainable parameters: add an adapter (or unfreeze something) first")
     factory = optimizer or adamw()
     opt = factory(module, config)
-    _check_covers(opt, named)
+    check_covers(opt, named)
     # Each group follows the schedule at its own learning rate relative to config.lr (read before any resume).
     lr_scale = [group["lr"] / config.lr for group in opt.param_groups]
     ckpt = Path(out_dir) / "checkpoint" if out_dir is not None else None
@@ -179,7 +180,7 @@ def train(
             opt.zero_grad(set_to_none=True)
             what = bad if bad is not None else "non-finite on another rank"
             _stop(f"the loss became {what} at step {step + 1}", ckpt, result)
-        norm = _grad_norm(params, config.max_grad_norm)
+        norm = grad_norm(params, config.max_grad_norm)
         if not math.isfinite(norm):
             _stop(f"the gradient norm became {norm} at step {step + 1}", ckpt, result)
         opt.step()
@@ -277,33 +278,13 @@ def _evaluate(task: Task, module: nn.Module) -> dict[str, float]:
     return distributed.average_metrics(task.evaluate(module))
 
 
-def _check_covers(opt: torch.optim.Optimizer, params: dict[str, nn.Parameter]) -> None:
-    covered = {id(p) for group in opt.param_groups for p in group["params"]}
-    missing = [n for n, p in params.items() if id(p) not in covered]
-    if missing:
-        raise InvalidInputError(
-            f"the optimizer does not update {len(missing)} trainable parameter(s), e.g. {missing[:3]}: its factory must "
-            "cover every parameter with requires_grad (freeze the others first)"
-        )
-
-
-def _grad_norm(params: list[nn.Parameter], max_norm: float | None) -> float:
-    grads = [p for p in params if p.grad is not None]
-    if not grads:
-        return 0.0
-    if max_norm is None:
-        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in grads])))
-    return float(torch.nn.utils.clip_grad_norm_(grads, max_norm))
-
-
 def _stop(what: str, ckpt: Path | None, result: TrainResult) -> None:
     kept = (
         f"the last good checkpoint is kept in {ckpt} (resume from it with a lower learning rate)"
         if ckpt is not None and (ckpt / "trainer.json").is_file()
         else "no checkpoint was written yet"
     )
-    last = f"; the last finite loss was {result.history[-1]['loss']:.4g}" if result.history else ""
-    raise NumericalError(f"training stopped: {what}{last}; {kept}. Try a lower learning rate or gradient clipping.")
+    raise nonfinite_error("training", what, result.history[-1]["loss"] if result.history else None, kept)
 
 
 def summary(result: TrainResult) -> dict[str, Any]:

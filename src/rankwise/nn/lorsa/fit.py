@@ -4,7 +4,8 @@ Data: inputs X and targets Y [N, seq, d] (for Lorsa X = the attention input afte
 o_proj; for the SAE X = Y). Both are rescaled so that their mean token norm is sqrt(d); the scales live in the
 module's `input_scale` / `output_scale` buffers, so the fitted module maps raw activations to raw outputs. The loss
 is the MSE in the normalised space over every position but the first `skip_first` (BOS / attention sink). Adam
-without weight decay, gradient clipping at 1.0, a warmup-stable-decay learning rate and a K annealing warmup.
+without weight decay, gradient clipping at 1.0, a warmup-stable-decay learning rate and a K annealing warmup, on the
+one fitting loop (`rankwise.core.training.fitting`: its NaN guard, clipping and schedule).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from rankwise.core.progress import progress
+from rankwise.core.training.fitting import fit as train_fit
+from rankwise.core.training.schedule import warmup_stable_decay
 from rankwise.errors import InvalidInputError, NumericalError
 from rankwise.nn.lorsa.checks import check_sequence
 
@@ -45,13 +47,8 @@ class FitConfig:
             raise InvalidInputError(f"skip_first must be >= 0, got {self.skip_first}")
 
     def lr_at(self, step: int) -> float:
-        w, d = max(1, round(self.warmup * self.steps)), round(self.decay * self.steps)
-        if step < w:
-            return self.lr * (step + 1) / w
-        if d and step >= self.steps - d:
-            frac = (step - (self.steps - d) + 1) / d
-            return self.lr * (1 - frac * (1 - self.final_lr_ratio))
-        return self.lr
+        return warmup_stable_decay(step, self.steps, self.lr, max(1, round(self.warmup * self.steps)),
+                                   round(self.decay * self.steps), self.final_lr_ratio)
 
     def k_at(self, step: int, k: int) -> int:
         if self.k_start is None:
@@ -108,26 +105,19 @@ def fit(module: nn.Module, x: torch.Tensor, y: torch.Tensor, config: FitConfig, 
     set_scales_(module, x, y, config.skip_first)
     if hasattr(module, "b_O"):
         init_output_(module, x[: config.batch_size], y[: config.batch_size], config.skip_first)
-    opt = torch.optim.Adam(module.parameters(), lr=config.lr, weight_decay=0.0)
-    result = FitResult()
     s = config.skip_first
-    for step in progress(range(config.steps), desc=desc, total=config.steps):
-        for group in opt.param_groups:
-            group["lr"] = config.lr_at(step)
+
+    def loss_at(step: int) -> torch.Tensor:
         idx = torch.randint(0, x.size(0), (config.batch_size,), generator=gen)
         pred = module(x[idx], k=config.k_at(step, k_final))
         # The loss in normalised units, so lr and clipping mean the same at any activation scale.
-        loss = (pred[:, s:] - y[idx, s:]).mul(module.output_scale).pow(2).sum(-1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if not torch.isfinite(loss):
-            raise NumericalError(f"{desc}: the loss became {float(loss)} at step {step}; lower the learning rate")
-        nn.utils.clip_grad_norm_(module.parameters(), config.grad_clip)
-        opt.step()
-        if hasattr(module, "after_step"):
-            module.after_step()
-        result.losses.append(float(loss.detach()))
-    return result
+        return (pred[:, s:] - y[idx, s:]).mul(module.output_scale).pow(2).sum(-1).mean()
+
+    renormalise = getattr(module, "after_step", None)  # the SAE keeps unit decoder rows
+    run = train_fit(module, loss_at, config.steps, lambda params: torch.optim.Adam(params, lr=config.lr, weight_decay=0.0),
+                    schedule=config.lr_at, max_grad_norm=config.grad_clip,
+                    after_step=(lambda _: renormalise()) if renormalise is not None else None, desc=desc)
+    return FitResult(losses=run.losses)
 
 
 @torch.no_grad()

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rankwise.core.progress import progress
+from rankwise.core.training import fit
 from rankwise.nn.lorsa import CausalSelfAttention, Rope
 
 
@@ -35,26 +35,23 @@ class AttentionOnly(nn.Module):
 
 def train_toy(tokens: torch.Tensor, labels: torch.Tensor, steps: int, batch: int, lr: float,
               seed: int) -> tuple[AttentionOnly, list[float]]:
-    """Next-token training on `tokens` [N, T] with Adam; returns (model in eval mode, losses).
+    """Next-token training on `tokens` [N, T] with Adam (constant `lr`, no clipping, on `core.training.fit`);
+    returns (model in eval mode, losses).
 
     The loss counts the positions where a planted mechanism fixes the next token (labels >= 0): the random filler
     carries no learnable signal and would only slow the forming of the mechanisms (about 500 steps this way).
     """
     torch.manual_seed(seed)
     model = AttentionOnly()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    losses = []
-    for _ in progress(range(steps), desc="toy transformer"):
+
+    def loss_at(_: int) -> torch.Tensor:
         i = torch.randint(0, tokens.size(0), (batch,), generator=gen)
         b, keep = tokens[i], labels[i, :-1] >= 0
-        logits = model(b[:, :-1])
-        loss = F.cross_entropy(logits[keep], b[:, 1:][keep])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return model.eval(), losses
+        return F.cross_entropy(model(b[:, :-1])[keep], b[:, 1:][keep])
+
+    run = fit(model, loss_at, steps, lambda params: torch.optim.Adam(params, lr=lr), desc="toy transformer")
+    return model.eval(), run.losses
 
 
 @torch.no_grad()

@@ -18,6 +18,7 @@ from torch import nn
 from rankwise.core.arms import Selection, select_from_scores
 from rankwise.core.progress import say
 from rankwise.core.report import Report
+from rankwise.core.training import fit as train_fit
 
 TUNING_SEED_OFFSET = 10_000  # the tuning fits use seeds no evaluation fit uses
 
@@ -47,20 +48,14 @@ def parameter_count(model: nn.Module) -> int:
 
 def fit(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor], steps: int, lr: float,
         log_every: int = 50) -> Fit:
-    """Adam at a constant `lr` for `steps` full-batch steps on `loss_fn(model)`; stops at the first non-finite loss."""
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses: list[float] = []
-    loss_v = math.nan
-    for step in range(steps):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model)
-        loss_v = float(loss.detach())
-        if not math.isfinite(loss_v):
-            return Fit(model, loss_v, True, losses)
-        if step % log_every == 0:
-            losses.append(loss_v)
-        loss.backward()
-        opt.step()
+    """Adam at a constant `lr` for `steps` full-batch steps on `loss_fn(model)` (`core.training.fit`, no clipping);
+    stops at the first non-finite loss (or gradient), a diverged fit. `losses` holds every `log_every`-th step's loss,
+    then the loss after the last step."""
+    run = train_fit(model, lambda _: loss_fn(model), steps, lambda params: torch.optim.Adam(params, lr=lr),
+                    on_nonfinite="stop")
+    losses = run.losses[::log_every]
+    if run.diverged is not None:
+        return Fit(model, math.nan, True, losses)
     with torch.no_grad():
         loss_v = float(loss_fn(model))
     losses.append(loss_v)

@@ -1,13 +1,17 @@
-"""One training run of a recall model on MQAR: AdamW, warmup + cosine, batches cycling over the kv-pair counts."""
+"""One training run of a recall model on MQAR: AdamW, warmup + cosine, batches cycling over the kv-pair counts, on the
+one fitting loop (`core.training.fit`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from rankwise.core.training import fit
+from rankwise.core.training.schedule import warmup_times_cosine
 from rankwise.repro.mixture_of_memories.data import IGNORE, mqar_batch, vocab_size
 from rankwise.repro.mixture_of_memories.model import RecallModel, aux_loss, make_mixer, n_params
 
@@ -65,34 +69,30 @@ def train_run(arm: str, shape: ModelShape, pairs: tuple[int, ...], lr: float, st
               return_model: bool = False) -> RunResult | tuple[RunResult, RecallModel]:
     """Train `arm` from `seed` and return its validation and test accuracy per kv-pair count (and the model)."""
     model = build_model(arm, shape, seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    warmup = max(1, steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warmup) * (
-        0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, i / steps)))))
     gen = torch.Generator().manual_seed(seed + 7919)
-    diverged, loss_value = False, math.nan
-    for i in range(steps):
+    last: dict[str, torch.Tensor] = {}  # the last step's cross-entropy (without the aux term): the run's final loss
+
+    def loss_at(i: int) -> torch.Tensor:
         x, y = mqar_batch(pairs[i % len(pairs)], batch, gen, shape.key_vocab, shape.value_vocab)
         logits, routers = model(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+        last["loss"] = loss.detach()
         aux = aux_loss(routers, shape.top_k)
-        total = loss if aux is None else loss + AUX_SCALE * aux
-        if not torch.isfinite(total):
-            diverged = True
-            break
-        opt.zero_grad(set_to_none=True)
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        loss_value = float(loss.detach())
+        return loss if aux is None else loss + AUX_SCALE * aux
+
+    # warmup over the first tenth, cosine over the whole run to 10% (the schedule LambdaLR used to apply)
+    schedule = partial(warmup_times_cosine, total_steps=steps, peak_lr=lr, warmup_steps=max(1, steps // 10),
+                       floor_ratio=0.1)
+    run = fit(model, loss_at, steps, lambda params: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.98), weight_decay=0.01),
+              schedule=schedule, max_grad_norm=1.0, on_nonfinite="stop")
+    diverged = run.diverged is not None
     if diverged:
         nan = {N: math.nan for N in pairs}
         result = RunResult(n_params(model), nan, nan, math.nan, True)
         return (result, None) if return_model else result
     val = accuracy(model, _eval_sets(pairs, eval_size, val_seed, shape))
     test = accuracy(model, _eval_sets(pairs, eval_size, test_seed, shape))
-    result = RunResult(n_params(model), val, test, loss_value, False)
+    result = RunResult(n_params(model), val, test, float(last["loss"]), False)
     return (result, model) if return_model else result
 
 
