@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from rankwise.adapters.dp_gradients import (clip_per_sample, epsilon_spent, noise_for_epsilon, noisy_mean,
+from rankwise.core.privacy import (clip_per_sample, epsilon_spent, noise_for_epsilon, noisy_mean,
                                             per_sample_gradients)
 from rankwise.adapters.la_lora import LocalDPConfig, active_factors, binomial_smooth, local_round, smooth_factor_gradient
 from rankwise.errors import InvalidInputError

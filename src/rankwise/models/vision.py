@@ -46,6 +46,7 @@ from rankwise.core.cache import cache_key, cached_entry, store_entry
 from rankwise.core.io import load_tensors, read_json, save_tensors_atomic, write_json_atomic
 from rankwise.core.progress import say
 from rankwise.core.training import TrainConfig, train  # the one training loop (kept to this one import)
+from rankwise.core.training.tensor_tasks import TensorClassificationTask
 from rankwise.errors import CorruptFileError, InvalidInputError, UnknownNameError
 
 CACHE_NAMESPACE = "vision-backbones"
@@ -295,7 +296,7 @@ def pretrained_backbone(name: str | BackboneRecipe, data: LabelledImages, use_ca
             pass  # another version's layout (or a state dict that no longer fits): pretrain again
     say(f"pretraining {recipe.name} on {recipe.num_train} images ({recipe.steps} steps; cached afterwards)")
     module = recipe.build()
-    task = _ImageClassification(f"pretrain-{recipe.name}", x_train, y_train, x_eval, y_eval)
+    task = TensorClassificationTask(f"pretrain-{recipe.name}", x_train, y_train, x_eval, y_eval)
     config = TrainConfig(steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr, weight_decay=recipe.weight_decay,
                          warmup_ratio=recipe.warmup_ratio, seed=recipe.seed)
     t0 = time.perf_counter()
@@ -308,39 +309,6 @@ def pretrained_backbone(name: str | BackboneRecipe, data: LabelledImages, use_ca
                 "history": result.history}
         store_entry(CACHE_NAMESPACE, key, lambda tmp: _save(tmp, module, meta))
     return PretrainedBackbone(recipe.name, module, recipe, accuracy, seconds, train_idx, eval_idx, False, result.history)
-
-
-class _ImageClassification:
-    """The loop's task: cross-entropy on (images [N, C, H, W], labels [N]); `evaluate` scores the held-out images."""
-
-    metric = "accuracy"
-    higher_is_better = True
-
-    def __init__(self, name: str, x: torch.Tensor, y: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor,
-                 eval_batch_size: int = 512) -> None:
-        self.name, self.x, self.y, self.x_eval, self.y_eval, self.eval_batch_size = name, x, y, x_eval, y_eval, eval_batch_size
-
-    @property
-    def num_train(self) -> int:
-        return self.y.numel()
-
-    def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"images": self.x[indices], "labels": self.y[indices]}
-
-    def loss(self, module: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(module(batch["images"]), batch["labels"])
-
-    @torch.no_grad()
-    def evaluate(self, module: nn.Module) -> dict[str, float]:
-        was_training = module.training
-        module.eval()  # batch-norm statistics, not the batch's
-        try:
-            logits = torch.cat([module(self.x_eval[i : i + self.eval_batch_size])
-                                for i in range(0, self.y_eval.numel(), self.eval_batch_size)])
-        finally:
-            module.train(was_training)
-        return {"accuracy": float((logits.argmax(-1) == self.y_eval).double().mean()),
-                "eval_loss": float(F.cross_entropy(logits, self.y_eval))}
 
 
 def _recipe(name: str | BackboneRecipe) -> BackboneRecipe:

@@ -8,7 +8,7 @@ the sampled clients, Flower) is `rankwise.training.federated`. Each local step k
    init makes the first A-gradient exactly zero, so starting with A would spend a step on pure noise), A on even k;
    the baselines: DP-LoRA updates A and B together, FFA-LoRA only B (A frozen), RoLoRA alternates per *round*,
 3. takes the DP gradient of the active factor(s) and of the other trained tensors (the task head, new for the task:
-   it must be private too) -- per-sample gradients, one joint clipping to C, Gaussian noise (`dp_gradients`),
+   it must be private too) -- per-sample gradients, one joint clipping to C, Gaussian noise (`core.privacy`),
 4. smooths the noisy A/B gradients with the 5-tap binomial kernel [1, 4, 6, 4, 1] / 16 along the *feature* axis
    (each row of dA [r, in], each column of dB [out, r]; never across the rank axis) -- post-processing, so free in
    privacy (`binomial_smooth`),
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional as F
 
-from rankwise.adapters.dp_gradients import SampleLoss, Tensors, clip_per_sample, noisy_mean, per_sample_gradients
+from rankwise.core.privacy import SampleLoss, Tensors, clip_per_sample, noisy_mean, per_sample_gradients
 from rankwise.errors import InvalidInputError
 
 # arm -> how A and B are scheduled (the paper's method and its three baselines, all with the same DP machinery)
@@ -57,6 +57,19 @@ class LocalDPConfig:
     optimizer: str = "sgd"
     weight_decay: float = 0.0  # AdamW only
     chunk_size: int | None = None  # per-sample gradients in chunks of this many samples (memory), None: all at once
+
+    # -- the client protocol of the federated engine (`rankwise.training.federated`) --------------------------------
+    def check_roles(self, roles: Mapping[str, str]) -> None:
+        """Before any work: the trained tensors hold LoRA A and B factors (the arms alternate or freeze them)."""
+        for role in ("A", "B"):
+            if role not in roles.values():
+                raise InvalidInputError(f"no trainable LoRA {role} factor found (names ending in '.{role}'): LA-LoRA and its "
+                                        "baselines train rankwise LoRA adapters (--method lora)")
+
+    def local_round(self, loss: SampleLoss, params: Mapping[str, torch.Tensor], roles: Mapping[str, str],
+                    data: Mapping[str, torch.Tensor], noise_multiplier: float, round_index: int, seed: int):
+        """One client's round under these settings: `local_round` (below)."""
+        return local_round(loss, params, roles, data, self, noise_multiplier, round_index, seed)
 
     def validate(self) -> None:
         if self.arm not in ARMS:

@@ -23,8 +23,10 @@ from rankwise.adapters.la_lora import ARMS, OPTIMIZERS, LocalDPConfig
 from rankwise.core.options import config_or_options, option
 from rankwise.core.training import Procedure
 from rankwise.errors import InvalidInputError
+from rankwise.targets import literal
 
-ENGINES = ("inprocess", "processes")  # clients in this process, or one OS process each (Flower's gRPC)
+# The federated engine's modes, read from its source (no import: the engine is in the harness, above this package).
+ENGINES = literal("rankwise.training.federated.config:ENGINES")
 DEFAULT_EPSILON = 8.0  # the target epsilon when neither epsilon nor noise_multiplier is given
 
 

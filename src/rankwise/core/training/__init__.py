@@ -14,6 +14,7 @@ from rankwise.core.training.loop import batch_indices, summary, train
 from rankwise.core.training.optimizer import OptimizerFactory, adamw, optimizer_label
 from rankwise.core.training.procedure import RUNNERS, Procedure, ProcedureBuilder
 from rankwise.core.training.schedule import DECAYS, lr_at
+from rankwise.core.training.tensor_tasks import TensorClassificationTask
 
 __all__ = ["Task", "TrainConfig", "TrainResult", "count_tokens", "FitResult", "fit", "batch_indices", "summary", "train",
-           "OptimizerFactory", "adamw", "optimizer_label", "RUNNERS", "Procedure", "ProcedureBuilder", "DECAYS", "lr_at"]
+           "OptimizerFactory", "adamw", "optimizer_label", "RUNNERS", "Procedure", "ProcedureBuilder", "DECAYS", "lr_at", "TensorClassificationTask"]

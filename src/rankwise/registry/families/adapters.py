@@ -24,7 +24,7 @@ METHODS: tuple[MethodSpec, ...] = (
     record("la-lora", "Rethinking LoRA for Privacy-Preserving Federated Learning in Large Models", "adapters",
        api=["rankwise.adapters.la_lora:local_round", "rankwise.adapters.la_lora:LocalDPConfig",
             "rankwise.adapters.la_lora:active_factors", "rankwise.adapters.la_lora:binomial_smooth",
-            "rankwise.adapters.dp_gradients:per_sample_gradients", "rankwise.adapters.dp_gradients:noise_for_epsilon",
+            "rankwise.core.privacy:per_sample_gradients", "rankwise.core.privacy:noise_for_epsilon",
             "rankwise.training.federated:run_federated", "rankwise.training.federated:FederatedConfig",
             "rankwise.training.federated:dirichlet_partition", "rankwise.adapters.la_lora.procedure:LaLoraConfig"],
        experiments=[repro("la-lora", summary="DP federated LoRA on MiniLM wiki topics (Flower, Dirichlet clients): LA-LoRA vs DP-LoRA, FFA-LoRA, RoLoRA at epsilon 1 and 8")],

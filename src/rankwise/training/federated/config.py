@@ -1,4 +1,5 @@
-"""A differentially private federated LoRA job (LA-LoRA and its baselines) on Flower.
+"""A differentially private federated job on Flower: FedAvg of the trained tensors over clients that each run a
+private local round, with each client's (epsilon, delta) accounted per example.
 
     job = FederatedConfig(rounds=20, clients_per_round=4, local=LocalDPConfig(arm="la-lora", lr=0.5), epsilon=8.0)
     result = run_federated(model, data, partitions, job)   # job.run_federated; engine "inprocess" (default) or "processes"
@@ -9,7 +10,10 @@ tensors [N, ...] with the labels; `partitions` the clients' example indices (`pa
 
 Flower is the engine: the server is `flwr.server.Server` running the rounds with our strategy (`flower`:
 client sampling as a pure function of (seed, round), the uniform FedAvg mean of A, B and the head); clients are
-`flwr.client.NumPyClient`s running `rankwise.adapters.la_lora.local_round`. Engines:
+`flwr.client.NumPyClient`s running the method's local round. What a client does is the method's: `local` is its
+round settings, an object with `local_steps`, `batch_size` and `clip` (what the privacy plan needs), `validate()`,
+`local_round(loss, params, roles, data, noise_multiplier, round_index, seed) -> (tensors, stats)` and optionally
+`check_roles(roles)` (e.g. LA-LoRA's `LocalDPConfig`). Engines:
 - "inprocess": the same Server and clients in this process (Flower client proxies that call the client directly):
   no sockets, no ray; what the experiments and `rankwise finetune --procedure la-lora` use.
 - "processes": `flwr.server.start_server` on a loopback gRPC port and one `flwr.client.start_client` process per
@@ -25,19 +29,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.nn import functional as F
 
-from rankwise.adapters.dp_gradients import SampleLoss, check_budget, epsilon_spent, noise_for_epsilon
-from rankwise.adapters.la_lora import LocalDPConfig, cross_entropy_loss, lora_roles
-from rankwise.adapters.la_lora.procedure import ENGINES
+from rankwise.core.privacy import SampleLoss, check_budget, epsilon_spent, noise_for_epsilon
 from rankwise.errors import InvalidInputError
 
-# inprocess: clients in this process; processes: one OS process each (the method declares them, for its option check)
+ENGINES = ("inprocess", "processes")  # clients in this process, or one OS process each (Flower's gRPC)
 Logits = Callable[[nn.Module, Mapping[str, torch.Tensor]], torch.Tensor]  # (module, batch) -> logits [B, C]
 
 
@@ -45,7 +48,7 @@ Logits = Callable[[nn.Module, Mapping[str, torch.Tensor]], torch.Tensor]  # (mod
 class FederatedConfig:
     rounds: int = 10
     clients_per_round: int | None = None  # None: every client every round
-    local: LocalDPConfig = field(default_factory=LocalDPConfig)
+    local: Any = None  # the clients' round settings (see the module docstring), e.g. la_lora.LocalDPConfig
     epsilon: float | None = 8.0  # target per client (example-level DP); None: give noise_multiplier instead
     delta: float = 1e-5
     noise_multiplier: float | None = None
@@ -53,6 +56,9 @@ class FederatedConfig:
     engine: str = "inprocess"
 
     def validate(self) -> None:
+        if self.local is None or not callable(getattr(self.local, "local_round", None)):
+            raise InvalidInputError("a federated job needs local=: the clients' round settings, an object with "
+                                    "local_round(...) (e.g. rankwise.adapters.la_lora.LocalDPConfig)")
         self.local.validate()
         if not isinstance(self.rounds, int) or self.rounds < 1:
             raise InvalidInputError(f"rounds must be a positive integer, got {self.rounds!r}")
@@ -137,6 +143,11 @@ def plan(config: FederatedConfig, partition_sizes: Sequence[int]) -> Plan:
     return Plan(schedule, tuple(clients))
 
 
+def factor_roles(names: Sequence[str]) -> dict[str, str]:
+    """Roles of the trained tensors by name: rankwise LoRA factors `...A` -> "A", `...B` -> "B", else "other"."""
+    return {n: ("A" if n.endswith(".A") else "B" if n.endswith(".B") else "other") for n in names}
+
+
 class FederatedModel:
     """A module trained federatedly: its trained tensors (requires_grad), their roles, and its per-example loss.
 
@@ -148,11 +159,7 @@ class FederatedModel:
         self.names = [n for n, p in module.named_parameters() if p.requires_grad]
         if not self.names:
             raise InvalidInputError("the module has no trainable tensors: add a LoRA adapter (and a head) first")
-        self.roles = lora_roles(dict.fromkeys(self.names))
-        for role in ("A", "B"):
-            if role not in self.roles.values():
-                raise InvalidInputError(f"no trainable LoRA {role} factor found (names ending in '.{role}'): LA-LoRA and its "
-                                        "baselines train rankwise LoRA adapters (--method lora)")
+        self.roles = factor_roles(self.names)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         named = dict(self.module.named_parameters())
@@ -174,7 +181,7 @@ class FederatedModel:
         def loss(params: Mapping[str, torch.Tensor], sample: Mapping[str, torch.Tensor]) -> torch.Tensor:
             one = {k: v.unsqueeze(0) for k, v in sample.items() if k != key}
             state = {f"inner.{n}": t for n, t in {**fixed, **params}.items()}
-            return cross_entropy_loss(functional_call(caller, state, (one,)), sample[key])
+            return F.cross_entropy(functional_call(caller, state, (one,)).reshape(1, -1), sample[key].reshape(1))
 
         return loss
 

@@ -1,7 +1,7 @@
 """The Flower side of a federated LA-LoRA job: the client, the server strategy, and the two ways to run them.
 
-- `LaLoraClient` (a `flwr.client.NumPyClient`): receives the global tensors, runs one local round
-  (`rankwise.adapters.la_lora.local_round`) on its examples with its planned noise multiplier, returns the tensors.
+- `PrivateClient` (a `flwr.client.NumPyClient`): receives the global tensors, runs one local round (the method's
+  `config.local.local_round`) on its examples with its planned noise multiplier, returns the tensors.
   The same class runs in this process and in a `flwr.client.start_client` process (`federated_worker`).
 - `PlannedFedAvg` (a `flwr.server.strategy.FedAvg`): samples the round's clients from the plan (a pure function of
   seed and round: Flower's own sampler draws from Python's global RNG, which would make runs irreproducible), finds
@@ -34,7 +34,6 @@ from flwr.server import Server, ServerConfig, SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
-from rankwise.adapters.la_lora import local_round
 from rankwise.errors import InvalidInputError, NumericalError, RankwiseError
 from rankwise.training.federated.config import ClientPlan, FederatedConfig, FederatedModel, Plan
 
@@ -45,7 +44,7 @@ def client_seed(seed: int, partition: int) -> int:
     return seed * 100_003 + partition + 1
 
 
-class LaLoraClient(NumPyClient):
+class PrivateClient(NumPyClient):
     """One federated client: its examples, its privacy plan, the job's local training settings."""
 
     def __init__(self, model: FederatedModel, data: Mapping[str, torch.Tensor], partition: int, config: FederatedConfig,
@@ -60,8 +59,8 @@ class LaLoraClient(NumPyClient):
     def fit(self, parameters: list[np.ndarray], config: dict[str, Any]) -> tuple[list[np.ndarray], int, dict[str, Any]]:
         t = int(config["round"])
         params = {n: torch.from_numpy(np.array(a, copy=True)) for n, a in zip(self.names, parameters)}
-        new, stats = local_round(self.loss, params, self.roles, self.data, self.config.local,
-                                 self.client_plan.noise_multiplier, t, client_seed(self.config.seed, self.partition))
+        new, stats = self.config.local.local_round(self.loss, params, self.roles, self.data, self.client_plan.noise_multiplier,
+                                                   t, client_seed(self.config.seed, self.partition))
         bad = [n for n, v in new.items() if not torch.isfinite(v).all()]
         if bad:
             raise NumericalError(f"client {self.partition}, round {t}: {bad[0]} became non-finite; lower the learning rate")
@@ -165,7 +164,7 @@ def run_inprocess(model: FederatedModel, data: Mapping[str, torch.Tensor], parti
     strategy = PlannedFedAvg(model.names, model.tensors(), job, on_round)
     manager = SimpleClientManager()
     for i, idx in enumerate(partitions):
-        client = LaLoraClient(model, {k: v[torch.as_tensor(idx)] for k, v in data.items()}, i, config, job.client(i))
+        client = PrivateClient(model, {k: v[torch.as_tensor(idx)] for k, v in data.items()}, i, config, job.client(i))
         manager.register(InProcessClientProxy(str(i), client.to_client()))
     server = Server(client_manager=manager, strategy=strategy)
     server.set_max_workers(1)
@@ -174,13 +173,16 @@ def run_inprocess(model: FederatedModel, data: Mapping[str, torch.Tensor], parti
 
 
 def config_to_dict(config: FederatedConfig) -> dict[str, Any]:
-    return asdict(config)
+    """The job for a client process: its fields, and the class of `local` by name, to rebuild it there."""
+    local = type(config.local)
+    return {**asdict(config), "local_class": f"{local.__module__}:{local.__qualname__}"}
 
 
 def config_from_dict(d: Mapping[str, Any]) -> FederatedConfig:
-    from rankwise.adapters.la_lora import LocalDPConfig
+    from rankwise.targets import resolve
 
-    return FederatedConfig(**{**d, "local": LocalDPConfig(**d["local"])})
+    fields = {k: v for k, v in d.items() if k != "local_class"}
+    return FederatedConfig(**{**fields, "local": resolve(d["local_class"])(**d["local"])})
 
 
 def run_processes(model: FederatedModel, data: Mapping[str, torch.Tensor], partitions: Sequence[torch.Tensor],

@@ -24,6 +24,9 @@ def run_federated(model: FederatedModel, data: Mapping[str, torch.Tensor], parti
     "processes" only)."""
     check_data(data, partitions, model.label_key)
     job = plan(config, [int(torch.as_tensor(p).numel()) for p in partitions])  # every check before any work
+    check_roles = getattr(config.local, "check_roles", None)
+    if check_roles is not None:  # the method's own check of what is trained (e.g. LoRA A and B factors)
+        check_roles(model.roles)
     if config.engine == "processes" and builder is None:
         raise InvalidInputError("engine 'processes' needs builder=('module:function', kwargs) to rebuild the model in each client process")
     t0 = time.perf_counter()

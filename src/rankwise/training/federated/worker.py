@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     from safetensors.torch import load_file
 
     from rankwise.training.federated.config import ClientPlan
-    from rankwise.training.federated.flower import LaLoraClient, config_from_dict, quiet_flower
+    from rankwise.training.federated.flower import PrivateClient, config_from_dict, quiet_flower
 
     quiet_flower()
     spec = json.loads((folder / "job.json").read_text())
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     model = getattr(importlib.import_module(module_name), attr)(**spec["kwargs"])
     idx = torch.tensor(spec["partitions"][partition], dtype=torch.long)
     data = {k: v[idx] for k, v in load_file(str(folder / "data.safetensors")).items()}
-    client = LaLoraClient(model, data, partition, config_from_dict(spec["config"]), ClientPlan(**spec["plan"]["clients"][partition]))
+    client = PrivateClient(model, data, partition, config_from_dict(spec["config"]), ClientPlan(**spec["plan"]["clients"][partition]))
     start_client(server_address=address, client=client.to_client(), insecure=True, max_retries=100, max_wait_time=120)
     return 0
 
