@@ -95,7 +95,11 @@ def check_arguments(args: argparse.Namespace) -> dict:
             f"--optimizer {args.optimizer} keeps a projector object in its state, which a checkpoint cannot store: "
             "pass --checkpoint-every 0 (no checkpoints, so no resume), or use --optimizer lora-pre"
         )
-    require_model(args.model, "finetune", ACCEPTS, causal=task_entries()[args.task].causal)
+    entry = task_entries()[args.task]
+    info = require_model(args.model, "finetune", ACCEPTS, causal=entry.causal)
+    if folders.model_inputs(info) != entry.inputs:
+        raise InvalidInputError(f"--task {args.task} reads {entry.inputs} and --model {args.model} reads "
+                                f"{folders.model_inputs(info)}: pick a task for that model (`rankwise finetune --help`)")
     check_output(args.out, run="finetune")
     options = parse_key_values(args.option)
     if args.procedure_option and not args.procedure:
@@ -130,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     from rankwise.registry import resolve
     from rankwise.training.optimizers import optimizer_factory
     from rankwise.training.procedures import build_procedure, run_procedure
+    from rankwise.training.tasks import TaskRequest
 
     full = args.method == FULL
     make_optimizer = optimizer_factory(args.optimizer, args.optimizer_rank)
@@ -146,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
         entry = task_entries()[args.task]
         if entry.causal and not hasattr(model, "lm_head"):
             raise InvalidInputError(f"--task {args.task} needs a causal language model (e.g. smollm2-135m), not {args.model}")
-        task = resolve(entry.builder)(tokenizer, args.seq_len, args.train_examples, args.eval_examples)
+        request = TaskRequest(tokenizer, args.seq_len, getattr(model, "image_size", None), args.train_examples,
+                              args.eval_examples, args.seed)
+        task = resolve(entry.builder)(request)
         if full:
             adapted = model.requires_grad_(True)
             say(f"full fine-tuning of {args.model}: {sum(p.numel() for p in model.parameters()):,} parameters")
@@ -154,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
             targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else None)
             # Calibration data (disjoint from train and eval) only for methods that build from input statistics.
             needs = adapter_type(args.method).needs_statistics
+            if needs and tokenizer is None:
+                raise InvalidInputError(f"--method {args.method} builds from calibration statistics of text inputs; "
+                                        f"on an image model use an adapter that does not (e.g. lora)")
             calibration = list(token_windows(tokenizer, "calibration", args.seq_len, 32).split(8)) if needs else None
             adapted = adapt(model, args.method, args.rank, targets, args.top_k_layers, calibration, **options)
             say(f"{args.method} r={args.rank} on {args.model}: {adapted.count_parameters()}")
@@ -186,6 +196,11 @@ def run(args: argparse.Namespace) -> int:
             saved = adapted if full else base_model_copy(adapted)
 
             def write_model(tmp: Path) -> None:  # model + tokenizer: load_model(DIR/model) reloads it
+                if tokenizer is None:  # a vision backbone (no transformers model): its own folder format
+                    from rankwise.models.vision import save_backbone
+
+                    save_backbone(saved, tmp)
+                    return
                 saved.save_pretrained(tmp)
                 tokenizer.save_pretrained(tmp)
 

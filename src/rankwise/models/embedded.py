@@ -22,6 +22,8 @@ class EmbeddedModel:
     loader: str  # "module:function" () -> (model, tokenizer)
     smoke: str  # "module:function" (seed, **shape) -> (model, tokenizer): the tiny stand-in of smoke runs
     smoke_shape: dict[str, Any] = field(default_factory=dict)  # the stand-in's default shape
+    inputs: str = "text"  # what it reads: "text" (token ids; it comes with a tokenizer) or "images" [B, C, H, W]
+    image_size: int | None = None  # the side its images must have (inputs "images")
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {m.name: m for m in (
@@ -29,4 +31,11 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {m.name: m for m in (
                   "rankwise.models.smollm2:load_smollm2", "rankwise.models.tiny:smollm2_stand_in", {"num_layers": 2}),
     EmbeddedModel("minilm-l6", "sentence encoder (all-MiniLM-L6-v2, BERT architecture)", False, "bert",
                   "rankwise.models.minilm:load_minilm", "rankwise.models.tiny:minilm_stand_in"),
+    # No pretrained vision weights exist offline: these are pretrained here once (rankwise.models.vision) and cached.
+    EmbeddedModel("tiny-vit-fmnist-0to4", "vision transformer (28x28, 16 patches, width 64) pretrained here on "
+                  "Fashion-MNIST classes 0-4", False, "tiny-vit", "rankwise.models.vision:load_tiny_vit_fmnist",
+                  "rankwise.models.vision:tiny_vit_stand_in", inputs="images", image_size=28),
+    EmbeddedModel("resnet-small-fmnist", "small ResNet (16/32/64 channels, batch norm) pretrained here on "
+                  "Fashion-MNIST at 14x14", False, "resnet-small", "rankwise.models.vision:load_resnet_small_fmnist",
+                  "rankwise.models.vision:resnet_small_stand_in", inputs="images", image_size=14),
 )}

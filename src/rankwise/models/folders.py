@@ -107,6 +107,16 @@ def check_transformers_folder(path: Path, need_tokenizer: bool = True) -> None:
         )
 
 
+def model_inputs(info: FolderInfo) -> str:
+    """What a model reads: "text" (token ids, with a tokenizer) or "images", from its record or its config.json."""
+    if info.kind == EMBEDDED:
+        return EMBEDDED_MODELS[info.name].inputs
+    if info.kind == MODEL and info.path is not None and (info.path / "config.json").is_file():
+        config = _read_json(info.path / "config.json")
+        return str(config.get("rankwise_inputs", "text")) if isinstance(config, dict) else "text"
+    return "text"
+
+
 def identify(name_or_path: str | Path) -> FolderInfo:
     """The kind of an embedded model name or a folder, from its files' JSON. Raises for a missing or broken one."""
     key = str(name_or_path)

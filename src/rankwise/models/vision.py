@@ -4,8 +4,9 @@ No pretrained vision weights exist offline: no package ships a ViT, ResNet, Mobi
 resources). So the methods that fine-tune, adapt or probe a pretrained image model (WASI, TraDy, DFA feedback
 matching, EMAC-AUTTA, ...) start from a backbone pretrained here, once, deterministically, and cached:
 
-    train = rankwise.data.vision.load_fashion_mnist("train")      # the caller loads the data (models/ cannot)
-    vit = pretrained_backbone("tiny-vit-fmnist-0to4", train)        # TinyViT pretrained on classes 0-4
+    vit = pretrained_backbone("tiny-vit-fmnist-0to4")               # TinyViT pretrained on classes 0-4 of
+                                                                    # Fashion-MNIST's train part (or pass data=)
+    model, _ = rankwise.models.load_model("tiny-vit-fmnist-0to4")   # the same module, as an embedded model
     vit.module(images)                                              # [B, 1, 28, 28] -> logits [B, 5]
     vit.held_out_accuracy, vit.train_indices                        # which train images it saw (exclude them)
 
@@ -247,7 +248,9 @@ class BackboneRecipe:
             raise UnknownNameError(f"unknown architecture {self.architecture!r}; known: {list(ARCHITECTURES)}")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            return ARCHITECTURES[self.architecture](num_classes=len(self.classes), **self.model)
+            module = ARCHITECTURES[self.architecture](num_classes=len(self.classes), **self.model)
+        describe_backbone(module, self.architecture, len(self.classes), self.model, self.image_size)
+        return module
 
 
 RECIPES: dict[str, BackboneRecipe] = {
@@ -278,11 +281,15 @@ class PretrainedBackbone:
     history: list[dict[str, float]] = field(default_factory=list, repr=False)  # per-step losses of the pretraining
 
 
-def pretrained_backbone(name: str | BackboneRecipe, data: LabelledImages, use_cache: bool = True) -> PretrainedBackbone:
-    """The backbone of recipe `name` (a key of RECIPES, or a BackboneRecipe) pretrained on `data`, which should be
-    Fashion-MNIST's train part (`rankwise.data.vision.load_fashion_mnist("train")`): trained on the first call,
+def pretrained_backbone(name: str | BackboneRecipe, data: LabelledImages | None = None, use_cache: bool = True) -> PretrainedBackbone:
+    """The backbone of recipe `name` (a key of RECIPES, or a BackboneRecipe) pretrained on `data` (default:
+    Fashion-MNIST's train part, `rankwise.data.vision.load_fashion_mnist("train")`): trained on the first call,
     loaded from the cache afterwards."""
     recipe = _recipe(name)
+    if data is None:
+        from rankwise.data.vision import load_fashion_mnist
+
+        data = load_fashion_mnist("train")
     train_idx, eval_idx = _draw(data.labels, recipe)
     x_train, y_train = _prepare(data, train_idx, recipe)
     x_eval, y_eval = _prepare(data, eval_idx, recipe)
@@ -371,3 +378,76 @@ def _load(folder: Path, recipe: BackboneRecipe, train_idx: torch.Tensor, eval_id
     module.eval()
     return PretrainedBackbone(recipe.name, module, recipe, float(meta["held_out_accuracy"]), float(meta["pretrain_seconds"]),
                               train_idx, eval_idx, True, list(meta.get("history", [])))
+
+
+# ------------------------------------------------------------------------------------------- as embedded models
+
+
+def load_tiny_vit_fmnist() -> tuple[nn.Module, None]:
+    """The embedded model "tiny-vit-fmnist-0to4": (TinyViT pretrained on Fashion-MNIST classes 0-4, no tokenizer)."""
+    return pretrained_backbone("tiny-vit-fmnist-0to4").module, None
+
+
+def load_resnet_small_fmnist() -> tuple[nn.Module, None]:
+    """The embedded model "resnet-small-fmnist": (SmallResNet pretrained on all 10 classes at 14x14, no tokenizer)."""
+    return pretrained_backbone("resnet-small-fmnist").module, None
+
+
+def stand_in(architecture: str, seed: int = 0, **shape: Any) -> tuple[nn.Module, None]:
+    """A smoke run's stand-in for a pretrained backbone: the same architecture, randomly initialised (seeded)."""
+    recipe = RECIPES[{"tiny-vit": "tiny-vit-fmnist-0to4", "resnet-small": "resnet-small-fmnist"}[architecture]]
+    kwargs = {**recipe.model, **shape}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = ARCHITECTURES[architecture](num_classes=len(recipe.classes), **kwargs)
+    return describe_backbone(module, architecture, len(recipe.classes), kwargs, recipe.image_size), None
+
+
+# ------------------------------------------------------------------------------------------- as a model folder
+
+FOLDER_FORMAT = "vision-backbone"  # config.json's rankwise_format (registry/general.py names the loader)
+
+
+def describe_backbone(module: nn.Module, architecture: str, num_classes: int, kwargs: dict[str, Any],
+                      image_size: int) -> nn.Module:
+    """Attach what rebuilds the module (`backbone_spec`) and the image side it reads (`image_size`)."""
+    module.backbone_spec = {"architecture": architecture, "num_classes": num_classes, "kwargs": dict(kwargs)}
+    module.image_size = image_size
+    return module
+
+
+def save_backbone(module: nn.Module, folder: str | Path) -> None:
+    """Write a backbone built here as a model folder (config.json + model.safetensors) into `folder` (a temporary
+    folder of `core.io.save_model_folder`); `load_backbone_folder` reads it back."""
+    spec = getattr(module, "backbone_spec", None)
+    if spec is None:
+        raise InvalidInputError(f"{type(module).__name__} was not built by rankwise.models.vision: no backbone_spec to save")
+    folder = Path(folder)
+    save_tensors_atomic(folder / "model.safetensors", module.state_dict())
+    write_json_atomic(folder / "config.json", {"model_type": spec["architecture"], "rankwise_format": FOLDER_FORMAT,
+                                               "rankwise_inputs": "images", "image_size": module.image_size, **spec})
+
+
+def load_backbone_folder(path: str | Path) -> tuple[nn.Module, None]:
+    """(module, None) from a folder `save_backbone` wrote; its manifest is verified first."""
+    from rankwise.core.io import verify_manifest
+
+    path = Path(path)
+    verify_manifest(path)
+    config = read_json(path / "config.json")
+    try:
+        architecture, num_classes, kwargs = config["architecture"], int(config["num_classes"]), dict(config["kwargs"])
+        cls = ARCHITECTURES[architecture]
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptFileError(f"{path / 'config.json'} is not a vision-backbone config ({e!r})") from e
+    module = cls(num_classes=num_classes, **kwargs)
+    module.load_state_dict(load_tensors(path / "model.safetensors"), strict=True)
+    return describe_backbone(module.eval(), architecture, num_classes, kwargs, int(config["image_size"])), None
+
+
+def tiny_vit_stand_in(seed: int = 0, **shape: Any) -> tuple[nn.Module, None]:
+    return stand_in("tiny-vit", seed, **shape)
+
+
+def resnet_small_stand_in(seed: int = 0, **shape: Any) -> tuple[nn.Module, None]:
+    return stand_in("resnet-small", seed, **shape)

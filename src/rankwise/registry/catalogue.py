@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from rankwise.errors import RankwiseError, UnknownNameError
 from rankwise.registry.families import adapters, algorithms, apps, compress, nn, optim, quant, recipes
-from rankwise.registry.general import GENERAL_COMMANDS
+from rankwise.registry.general import GENERAL_COMMANDS, GENERAL_FOLDER_FORMATS
 from rankwise.registry.records import MAIN, Command, Experiment, MethodSpec
 from rankwise.targets import resolve
 
@@ -59,11 +59,11 @@ def demo_headlines() -> list[tuple[MethodSpec, Callable]]:
 
 def folder_loader(fmt: str) -> Callable:
     """The loader of a rankwise folder format (config.json's "rankwise_format")."""
-    for m in METHODS:
-        for f in m.folder_formats:
-            if f.name == fmt:
-                return resolve(f.loader)
-    known = sorted(f.name for m in METHODS for f in m.folder_formats)
+    formats = [*GENERAL_FOLDER_FORMATS, *(f for m in METHODS for f in m.folder_formats)]
+    for f in formats:
+        if f.name == fmt:
+            return resolve(f.loader)
+    known = sorted(f.name for f in formats)
     raise UnknownNameError(f"rankwise format {fmt!r} is unknown to this version; known: {known}")
 
 

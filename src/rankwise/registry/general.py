@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from rankwise.registry.records import AdapterEntry, BenchmarkEntry, Command, OptimizerEntry, TaskEntry
+from rankwise.registry.records import AdapterEntry, BenchmarkEntry, Command, FolderFormat, OptimizerEntry, TaskEntry
 
 GENERAL_COMMANDS: tuple[Command, ...] = (
     Command("list", "rankwise.commands.list"),
@@ -26,11 +26,17 @@ GENERAL_OPTIMIZERS: tuple[OptimizerEntry, ...] = (
     OptimizerEntry("galore", "rankwise.optim.factories:galore", low_rank=True, checkpointable=False),
 )
 GENERAL_TASKS: tuple[TaskEntry, ...] = (
-    TaskEntry("wiki-topics", "rankwise.training.tasks:topic_classification", "text-classification",
+    TaskEntry("wiki-topics", "rankwise.training.tasks:wiki_topics", "text-classification",
               "12-class topic classification of Wikipedia lead summaries"),
-    TaskEntry("wiki-lm", "rankwise.training.tasks:wiki_language_modelling", "language-modelling",
+    TaskEntry("wiki-lm", "rankwise.training.tasks:wiki_lm", "language-modelling",
               "next-token prediction on Wikipedia lead summaries", causal=True),
+    TaskEntry("fashion-mnist-5to9", "rankwise.training.tasks:fashion_mnist_5to9_task", "image-classification",
+              "Fashion-MNIST classes 5-9 on a backbone pretrained on 0-4", inputs="images"),
 )
 GENERAL_BENCHMARKS: tuple[BenchmarkEntry, ...] = (
     BenchmarkEntry("lora", "bench_lora.py"),  # LoRA training step against peft and the frozen-model floor
+)
+GENERAL_FOLDER_FORMATS: tuple[FolderFormat, ...] = (
+    # `finetune --method full` on a vision backbone writes DIR/model in this format
+    FolderFormat("vision-backbone", "rankwise.models.vision:load_backbone_folder"),
 )

@@ -74,13 +74,10 @@ class Command:
 
 @dataclass(frozen=True)
 class FolderFormat:
-    """A model-folder format a method writes (config.json's or the manifest's "rankwise_format"), the loader that
-    reads it back and, optionally, `describe`: "module:function" (path, key, config, manifest) -> FolderInfo, what
-    `rankwise info` says of such a folder."""
+    """A model-folder format a method writes (config.json's "rankwise_format") and the loader that reads it back."""
 
     name: str
     loader: str  # "module:function", (path) -> (model, tokenizer)
-    describe: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,15 +128,17 @@ class LayerEntry:
 
 @dataclass(frozen=True)
 class TaskEntry:
-    """A task `finetune --task NAME` and reproductions can train on: `builder` names (tokenizer, seq_len,
-    train_examples, eval_examples) -> Task; `kind` what it is ("text-classification", "language-modelling", ...);
-    `causal` True when it needs a causal language model."""
+    """A task `finetune --task NAME` and reproductions can train on: `builder` names
+    (`training.tasks.TaskRequest`) -> Task; `kind` what it is ("text-classification", "language-modelling",
+    "image-classification", ...); `causal` True when it needs a causal language model; `inputs` what the model must
+    read ("text" or "images", as the embedded model records say)."""
 
     name: str
     builder: str
     kind: str
     summary: str
     causal: bool = False
+    inputs: str = "text"
 
 
 @dataclass(frozen=True)

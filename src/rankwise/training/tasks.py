@@ -13,6 +13,8 @@ only calls `batch`, `loss` and `evaluate`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -176,7 +178,31 @@ def topic_classification(tokenizer, max_length: int = 32, train_examples: int | 
     return task
 
 
-def wiki_language_modelling(tokenizer, max_length: int = 64, train_examples: int | None = None,
-                            eval_examples: int | None = None) -> LanguageModelingTask:
-    """The wiki-lm task: next-token prediction on `max_length`-token windows of the corpus (the `wiki-lm` record)."""
-    return LanguageModelingTask.from_wiki(tokenizer, max_length, train_examples, eval_examples)
+@dataclass(frozen=True)
+class TaskRequest:
+    """What `finetune` knows when it builds a task from its record: each builder reads what it needs (a text task
+    the tokenizer and sequence length, an image task the model's image size)."""
+
+    tokenizer: Any = None
+    seq_len: int = 64
+    image_size: int | None = None
+    train_examples: int | None = None
+    eval_examples: int | None = None
+    seed: int = 0
+
+
+def wiki_topics(request: TaskRequest) -> ClassificationTask:
+    """The `wiki-topics` record: `topic_classification` at the request's sequence length."""
+    return topic_classification(request.tokenizer, request.seq_len, request.train_examples, request.eval_examples)
+
+
+def wiki_lm(request: TaskRequest) -> LanguageModelingTask:
+    """The `wiki-lm` record: next-token prediction on `seq_len`-token windows of the corpus."""
+    return LanguageModelingTask.from_wiki(request.tokenizer, request.seq_len, request.train_examples, request.eval_examples)
+
+
+def fashion_mnist_5to9_task(request: TaskRequest):
+    """The `fashion-mnist-5to9` record (`training.image_tasks`)."""
+    from rankwise.training.image_tasks import fashion_mnist_5to9
+
+    return fashion_mnist_5to9(request.image_size or 28, request.train_examples, request.eval_examples, request.seed)
