@@ -1,4 +1,5 @@
-"""GuardSpace's reproduction baselines: the Safe-LoRA-like post-hoc projection and the same-rank control projectors."""
+"""GuardSpace's reproduction baselines: the Safe-LoRA-like post-hoc projection and the same-rank control projectors;
+and its fine-tuning task over the cached prefix states."""
 
 import copy
 
@@ -11,7 +12,10 @@ from rankwise.adapters.safe_projection import safe_project
 from rankwise.core.calibration import collect_second_moments
 from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_llama
-from rankwise.repro.guardspace.arms import protected_bases, random_bases, unrelated_bases
+from rankwise.core.padding import pad_batch
+from rankwise.repro.guardspace.arms import CachedTask, protected_bases, random_bases, unrelated_bases
+from rankwise.repro.guardspace.data import with_answer
+from rankwise.training.frozen_prefix import IGNORE_INDEX, FrozenPrefixRunner
 from rounding import assert_rounding_close
 
 pytestmark = pytest.mark.method("guardspace")
@@ -110,3 +114,18 @@ def test_control_projectors_have_the_same_rank_and_are_orthonormal():
         X = torch.linalg.eigh(other[n].covariance())[0]
         assert X.numel() == q.size(1)
         assert not torch.allclose(q.T @ q, guard[n].T @ guard[n], atol=1e-3)
+
+
+def test_cached_task_batches_the_sequences_answers():
+    model = tiny_llama(seed=0, vocab_size=2000, num_layers=2)
+    runner = FrozenPrefixRunner(model, start=1)
+    shapes = ((3, 4), (5, 2), (2, 6))  # (prompt, answer) lengths
+    seqs = [with_answer(_ids(i, (p,)).tolist(), _ids(10 + i, (a,)).tolist()) for i, (p, a) in enumerate(shapes)]
+    hs = runner.prefix([q.ids for q in seqs])
+    task = CachedTask(runner, hs, seqs)
+    batch = task.batch(torch.tensor([2, 0]))
+    assert task.num_train == 3 and task.name == "wiki-topics+overwrite" and task.evaluate(model) == {}
+    assert torch.equal(batch["h"], pad_batch([hs[2], hs[0]], 0.0))
+    assert torch.equal(batch["targets"], pad_batch([seqs[2].targets, seqs[0].targets], IGNORE_INDEX))
+    assert int((batch["targets"] != IGNORE_INDEX).sum()) == 6 + 4  # the answers' tokens only
+    assert torch.equal(task.loss(model, batch), runner.loss(batch["h"], batch["targets"]))

@@ -1,5 +1,6 @@
 """A BERT-style encoder's top layers on cached inputs, mean-pooled into a linear head: what experiments that adapt
-only the top layers of MiniLM train (the layers below are a fixed function of the text, computed once and cached)."""
+only the top layers of MiniLM train (the layers below are a fixed function of the text, computed once and cached by
+`training.cached_classification`, the encoder part of `training.prefix_cache`)."""
 
 from __future__ import annotations
 

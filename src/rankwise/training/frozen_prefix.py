@@ -1,5 +1,6 @@
-"""Frozen-prefix execution: when only the top layers of a causal LM are adapted, the hidden state entering the first
-adapted layer is a fixed function of the input. Compute it once per sequence (`prefix`) and afterwards run only the
+"""Frozen-prefix execution, the decoder part of the prefix cache (`training.prefix_cache`): when only the top layers of
+a causal LM are adapted, the hidden state entering the first adapted layer is a fixed function of the input. Compute
+it once per sequence (`prefix`: the inputs of layer `start`, the forward stopped there) and afterwards run only the
 top layers, the final norm and the LM head on it (`top`): the same numbers as a full forward, at a fraction of the
 cost on a CPU.
 
@@ -10,13 +11,14 @@ cost on a CPU.
 Works for transformers decoders whose backbone (`model.model`) has `layers`, `norm` and accepts `inputs_embeds`
 (Llama, SmolLM2, ...). Sequences are token ids [T_i]; targets [T_i] hold, at position t, the token position t must
 predict or `IGNORE_INDEX` where no loss is taken. Batches are right-padded: causal attention never looks right, so
-no mask is needed. Layers are swapped in and out per call, so the model is never left modified.
+no mask is needed. For `top` the layers are swapped in and out per call, so the model is never left modified.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 from torch import nn
@@ -24,6 +26,7 @@ from torch.nn import functional as F
 
 from rankwise.core.padding import pad_batch
 from rankwise.errors import InvalidInputError
+from rankwise.training.prefix_cache import batches, module_inputs
 
 IGNORE_INDEX = -100  # a target position without loss (as torch's cross_entropy and transformers use)
 
@@ -42,30 +45,29 @@ class FrozenPrefixRunner:
         self.start = start
 
     @contextmanager
-    def _layers(self, first: int, last: int | None, norm: bool) -> Iterator[None]:
-        layers, final_norm = self.backbone.layers, self.backbone.norm
-        self.backbone.layers = nn.ModuleList(list(layers)[first:last])
-        if not norm:
-            self.backbone.norm = nn.Identity()
+    def _top_layers(self) -> Iterator[None]:
+        """The backbone holding only layers start.. for the block (then its own list again)."""
+        layers = self.backbone.layers
+        self.backbone.layers = nn.ModuleList(list(layers)[self.start :])
         try:
             yield
         finally:
-            self.backbone.layers, self.backbone.norm = layers, final_norm
+            self.backbone.layers = layers
 
     @torch.no_grad()
     def prefix(self, ids: Sequence[torch.Tensor], batch_size: int = 16) -> list[torch.Tensor]:
         """Hidden state entering layer `start`, per sequence of token ids [T_i]: [T_i, D]."""
         out: list[torch.Tensor] = []
-        with self._layers(0, self.start, norm=False):
-            for i in range(0, len(ids), batch_size):
-                chunk = ids[i : i + batch_size]
-                h = self.backbone(input_ids=pad_batch(chunk, 0)).last_hidden_state
-                out.extend(h[j, : s.numel()].clone() for j, s in enumerate(chunk))
+        first = self.backbone.layers[self.start]
+        for part in batches(len(ids), batch_size):
+            chunk = ids[part]
+            h = module_inputs(first, partial(self.backbone, input_ids=pad_batch(chunk, 0))).first()
+            out.extend(h[j, : s.numel()].clone() for j, s in enumerate(chunk))
         return out
 
     def top(self, h: torch.Tensor) -> torch.Tensor:
         """Final hidden states [B, T, D] from prefix states h [B, T, D] (right-padded; causal, so no mask)."""
-        with self._layers(self.start, None, norm=True):
+        with self._top_layers():
             return self.backbone(inputs_embeds=h).last_hidden_state
 
     def target_logits(self, h: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,11 +23,11 @@ from rankwise.adapters.guardspace_split import null_space_basis
 from rankwise.adapters.safe_projection import safe_project
 from rankwise.core.calibration import SecondMoment
 from rankwise.core.linalg import symmetric_eigh
-from rankwise.core.padding import pad_batch
 from rankwise.core.seed import set_seed
 from rankwise.repro.guardspace.data import Sequence_, TopicPrompts
 from rankwise.training import TrainConfig, train
 from rankwise.training.frozen_prefix import IGNORE_INDEX, FrozenPrefixRunner
+from rankwise.training.top_layers_lm import CachedSequencesLM
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LORA, GUARD, UNRELATED, RANDOM, PROJ_ONLY, SAFE = (
@@ -124,30 +124,15 @@ class Evaluation:
                     protected_exact=em_p, heldout_KL=kl_h, heldout_exact=em_h)
 
 
-class CachedTask:
-    """The fine-tuning set as a harness task over cached prefix states (evaluation is done by `Evaluation`)."""
+class CachedTask(CachedSequencesLM):
+    """The fine-tuning set (task articles and overwrite answers) as the harness's cached-sequences task: prefix states
+    `train_h` [T_i, D] and the sequences' targets (evaluation is done by `Evaluation`)."""
 
     name = "wiki-topics+overwrite"
     metric = "val_loss"
-    higher_is_better = False
 
     def __init__(self, runner: FrozenPrefixRunner, train_h: list[torch.Tensor], train_seqs: list[Sequence_]) -> None:
-        self.runner, self.train_h, self.train_seqs = runner, train_h, train_seqs
-
-    @property
-    def num_train(self) -> int:
-        return len(self.train_seqs)
-
-    def batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
-        idx = indices.tolist()
-        return {"h": pad_batch([self.train_h[i] for i in idx], 0.0),
-                "targets": pad_batch([self.train_seqs[i].targets for i in idx], IGNORE_INDEX)}
-
-    def loss(self, module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.runner.loss(batch["h"], batch["targets"])
-
-    def evaluate(self, module) -> dict[str, float]:
-        return {}
+        super().__init__(runner, train_h, [q.targets for q in train_seqs])
 
 
 class GuardPool:
