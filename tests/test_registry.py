@@ -29,6 +29,25 @@ def test_every_target_in_the_records_resolves():
             assert (repo_root() / m.docs).is_file(), f"{m.slug}: {m.docs} missing"
 
 
+def test_every_contribution_a_record_names_resolves():
+    """Adapters, procedures and their configs, optimizers, layers, tasks, run entries, folder formats and
+    benchmarks of every record (and the general ones) exist: the derived tables can only hold real things."""
+    from rankwise.registry import tables
+    from rankwise.registry.general import GENERAL_FOLDER_FORMATS
+
+    targets = [e.target for e in tables.adapter_entries().values()]
+    targets += [t for e in tables.procedure_entries().values() for t in (e.builder, e.config)]
+    targets += [e.factory for e in tables.optimizer_entries().values()]
+    targets += [f"{e.spec}:build" for _, e in tables.layer_entries()] + [f"{e.spec}:inputs" for _, e in tables.layer_entries()]
+    targets += [e.builder for e in tables.task_entries().values()]
+    targets += [t for entries in tables.run_entries().values() for e in entries for t in (e.target, e.config)]
+    targets += [f.loader for f in GENERAL_FOLDER_FORMATS]
+    for target in targets:
+        assert resolves(target), f"{target} does not resolve"
+    for _, entry in tables.benchmark_entries():
+        assert (repo_root() / "benchmarks" / entry.script).is_file(), entry.script
+
+
 def test_status_is_computed_from_what_exists():
     ghost = MethodSpec("ghost", "t", "theory", ("rankwise.nothing_here:fn",))
     assert ghost.status == "planned"
