@@ -1,21 +1,18 @@
 """Per-row update cost of the consistent low-rank streams against recompute-every-step SVD and Frequent Directions.
 
-  .venv/bin/python benchmarks/bench_consistent_lra.py [--rows 2000] [--dims 32 64 128 256] [--ranks 4 8 16 32]
+  .venv/bin/python benchmarks/bench_consistent_lra.py [--rows 2000] [--dims 32 64 128 256] [--ranks 4 8 16 32] [--smoke]
 
 Feeds the same S1 stream (adversarial alternation) to every algorithm in blocks of 500 rows and measures seconds per
 row: against the dimension d (k = 8), against the rank k (d = 128) and against the stream length n (d = 64, k = 8).
 Reports fitted exponents (log-log slope of cost against the growing size) and each algorithm's cost as a ratio to
-recompute-SVD and to Frequent Directions, plus its recourse. One thread (as the reproductions run). Writes
-docs/results/consistent-lra/benchmark.md and benchmark.png.
+recompute-SVD and to Frequent Directions, plus its recourse. One thread (as the reproductions run; --threads).
+Writes docs/results/consistent-lra/benchmark.md and benchmark.png (or --out; --smoke: tiny sizes, a temporary folder).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
-import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,8 +21,10 @@ from rankwise.algorithms.consistent_lra import (
     FrequentDirectionsLRA, LazyAdditiveLRA, RecomputeSVD, RidgeLeverageLRA, VerifiedMultiplicativeLRA,
     adversarial_alternation,
 )
+from rankwise.core.threads import limit_threads
+from common import benchmark_parser, parse_benchmark_args, threads_label
 from output import png_bytes, pyplot, write_benchmark
-from timing import loglog_slope
+from timing import best_time, loglog_slope
 
 EPS = 0.2
 ALGS = {
@@ -37,29 +36,35 @@ ALGS = {
 }
 
 
+SMOKE = {"rows": 100, "dims": [16, 24], "ranks": [2, 4], "lengths": [100, 200], "repeats": 1}
+
+
 def per_row(name: str, rows: np.ndarray, k: int, repeats: int) -> tuple[float, float]:
+    """(best seconds per row of feeding the stream in blocks of 500 rows to a fresh stream, its recourse)."""
     x = torch.from_numpy(rows)
-    best, recourse = float("inf"), 0.0
-    for _ in range(repeats):
-        s = ALGS[name](x.shape[1], k)
-        t0 = time.perf_counter()
+
+    def feed(s) -> float:
         for start in range(0, x.shape[0], 500):
             s.update(x[start:start + 500])
-        best = min(best, time.perf_counter() - t0)
-        recourse = s.recourse
+        return s.recourse
+
+    best, recourse = best_time(feed, repeats, warmup=False, setup=lambda: ALGS[name](x.shape[1], k))
     return best / x.shape[0], recourse
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = benchmark_parser(__doc__, "consistent-lra")
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--dims", type=int, nargs="+", default=[32, 64, 128, 256])
     parser.add_argument("--ranks", type=int, nargs="+", default=[4, 8, 16, 32])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1000, 2000, 4000, 8000])
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs/results/consistent-lra")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    args = parse_benchmark_args(parser, argv, SMOKE)
+    with limit_threads(args.threads):
+        run(args)
+
+
+def run(args) -> None:
     sweeps = {
         "d (k = 8)": [(d, 8, args.rows) for d in args.dims],
         "k (d = 128)": [(128, k, args.rows) for k in args.ranks],
@@ -78,7 +83,7 @@ def main() -> None:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = ["# Benchmark: per-row cost of consistent low-rank streams vs recompute-SVD and Frequent Directions", "",
-             f"S1 adversarial-alternation rows, eps = {EPS}, blocks of 500 rows, float64, 1 thread, best of "
+             f"S1 adversarial-alternation rows, eps = {EPS}, blocks of 500 rows, float64, {threads_label()}, best of "
              f"{args.repeats}; torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, 1-minute load "
              f"average {load:.1f} at the end (a shared machine inflates times; ratios are the numbers to read).", ""]
     for sweep, per_alg in results.items():
@@ -98,7 +103,7 @@ def main() -> None:
               "too); FD one d x d eigendecomposition per row for its output plus a shrink every l rows; B one per "
               "sampled row. At these sizes the d x d eigen-solvers grow like d^2.1-2.2 (below their asymptotic 3); A's "
               "~1.5 is its O(d^2) Gram update plus its few eigendecompositions."]
-    write_benchmark(args.out, lines, plot(results))
+    write_benchmark(args.out, lines, plot(results), smoke=args.smoke)
 
 
 def plot(results) -> bytes:

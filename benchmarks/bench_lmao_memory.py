@@ -9,7 +9,10 @@ and read afterwards (`VmHWM`). "Training memory" is that peak minus the resident
 model and batch loaded, before the arm is built. Large allocations are forced to mmap (`MALLOC_MMAP_THRESHOLD_`), so
 freed tensors leave the resident set. Step times (mean of the measured steps) are reported beside, for scale.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_lmao_memory.py [--batches 16,64] [--steps 2]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_lmao_memory.py [--batches 16,64] [--steps 2] [--smoke]
+
+One thread (--threads). Writes docs/results/lmao/benchmark.md (or --out); --smoke: MiniLM's tiny random stand-in, one
+small batch and one step, written to a temporary folder.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import sys
 import time
 from pathlib import Path
 
+from common import benchmark_parser, parse_benchmark_args
+from output import write_benchmark
+
 ARMS = ("LoRA (first-order)", "LMAO (exact)", "LMAO (in-place)", "MeZO", "full FT (AdamW)")
 
 
@@ -34,18 +40,19 @@ def _status(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def measure(arm: str, batch_size: int, steps: int) -> dict:
-    """Build `arm` on MiniLM, train `steps` steps after one warm-up step; the peak resident memory of those steps."""
+def measure(arm: str, batch_size: int, steps: int, smoke: bool = False) -> dict:
+    """Build `arm` on MiniLM (its tiny stand-in with `smoke`), train `steps` steps after one warm-up step; the peak
+    resident memory of those steps."""
     import torch
 
     from rankwise.adapters import LoraConfig, add_adapter
-    from rankwise.models import load_model
     from rankwise.optim.zeroth_order import SPSA, step_seed
+    from rankwise.repro.setup import experiment_model
     from rankwise.training import topic_classification
     from rankwise.optim.lmao.procedure import lmao_procedure
 
     torch.manual_seed(0)
-    model, tok = load_model("minilm-l6")
+    model, tok = experiment_model("minilm-l6", "smoke" if smoke else "full")
     task = topic_classification(tok, 32, 4 * batch_size, 8)
     batch = task.batch(torch.arange(batch_size))
     baseline = _status("VmRSS")
@@ -91,28 +98,35 @@ def measure(arm: str, batch_size: int, steps: int) -> dict:
             "step_s": wall, "first_order_params": fo, "zo_params": proc.spsa.numel if proc else (spsa.numel if opt is None else 0)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = benchmark_parser(__doc__, "lmao")
     parser.add_argument("--batches", default="16,64", help="comma-separated batch sizes (32 tokens each)")
     parser.add_argument("--steps", type=int, default=2, help="measured steps per arm (after one warm-up step)")
-    parser.add_argument("--arm", default=None, help=argparse.SUPPRESS)  # internal: measure one arm in this process
+    parser.add_argument("--arm", action="append", help=argparse.SUPPRESS)  # internal: measure these arms in this process
     parser.add_argument("--batch", type=int, default=16, help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=None, help="output folder (default: docs/results/lmao)")
-    args = parser.parse_args()
+    args = parse_benchmark_args(parser, argv, {"batches": "4", "steps": 1})
     if args.arm is not None:
-        print(json.dumps(measure(args.arm, args.batch, args.steps)))
+        from rankwise.core.threads import limit_threads
+
+        with limit_threads(args.threads):
+            for arm in args.arm:
+                print(json.dumps(measure(arm, args.batch, args.steps, args.smoke)), flush=True)
         return
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "RANKWISE_QUIET": "1"}
     rows = []
+    # one fresh process per arm and batch size; a smoke run measures every arm in one process (seconds, not minutes:
+    # each process pays the imports; its numbers are not the benchmark anyway)
+    groups = [list(ARMS)] if args.smoke else [[arm] for arm in ARMS]
     for b in [int(x) for x in args.batches.split(",")]:
-        for arm in ARMS:  # one fresh process per arm and batch size
-            done = subprocess.run([sys.executable, __file__, "--arm", arm, "--batch", str(b), "--steps", str(args.steps)],
-                                  env=env, capture_output=True, text=True, check=True)
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(rows[-1], flush=True)
-    from output import write_benchmark
-
-    from rankwise.registry import repo_root
+        for arms in groups:
+            child = [sys.executable, __file__, "--batch", str(b), "--steps", str(args.steps), "--threads",
+                     str(args.threads), "--out", str(args.out), *(["--smoke"] if args.smoke else [])]
+            for arm in arms:
+                child += ["--arm", arm]
+            done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+            for line in done.stdout.strip().splitlines()[-len(arms):]:
+                rows.append(json.loads(line))
+                print(rows[-1], flush=True)
 
     lines = ["# LMAO: peak training memory vs LoRA, MeZO and full fine-tuning (CPU)", "",
              "MiniLM-L6 (all 6 layers, 22.7M parameters) + a 12-class head, wiki-topics batches of 32 tokens; LoRA r=8 on "
@@ -120,7 +134,8 @@ def main() -> None:
              "choice). One process per arm; peak resident memory over "
              f"{args.steps} training steps after a warm-up step, minus the resident memory with the model and batch "
              "loaded. Ratios are what to read; absolute numbers include the allocator's and torch's own overheads.", "",
-             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical cores, 1 thread; "
+             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical cores, "
+             f"{args.threads} thread{'s' if args.threads != 1 else ''}; "
              f"torch {__import__('torch').__version__}.", "",
              "| batch | arm | FO params | ZO params | training memory (MB) | / LoRA | / MeZO | peak RSS (MB) | step s |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -132,8 +147,7 @@ def main() -> None:
             lines.append(f"| {b} | {arm} | {r['first_order_params']:,} | {r['zo_params']:,} | {r['training_bytes'] / 2**20:.1f} | "
                          f"{r['training_bytes'] / lora:.2f} | {r['training_bytes'] / mezo:.2f} | {r['peak_rss'] / 2**20:.0f} | "
                          f"{r['step_s']:.3f} |")
-    out = Path(args.out) if args.out else repo_root() / "docs" / "results" / "lmao"
-    write_benchmark(out, lines)
+    write_benchmark(args.out, lines, smoke=args.smoke)
 
 
 if __name__ == "__main__":

@@ -6,33 +6,34 @@ Two measurements, each interleaving the optimizers round-robin so machine load a
   2. optimizer.step() alone on SmolLM2-135M's real shapes (its first `--layers` blocks, embeddings included), with
      gradients from one backward pass on wiki text; GaLore's SVD refresh step is timed separately and amortised over
      its refresh gap.
-Optimizer-state bytes are measured from the state tensors and reported relative to AdamW. Writes Markdown to
-docs/results/lora-pre/benchmark.md (or --out).
+Optimizer-state bytes are measured from the state tensors and reported relative to AdamW. One thread (--threads).
+Writes Markdown to docs/results/lora-pre/benchmark.md (or --out); --smoke: SmolLM2's tiny random stand-in, one block,
+one round, written to a temporary folder.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_lora_pre.py [--repeats 5] [--layers 8]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_lora_pre.py [--repeats 5] [--layers 8] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from rankwise.core.io import write_text_atomic
+from rankwise.core.threads import limit_threads
 from rankwise.data import token_windows
-from rankwise.models import load_model
 from rankwise.optim import LoRAPre, LoRAPreMuon, galore_adamw, low_rank_param_groups, optimizer_state_bytes, split_low_rank_params
 from rankwise.optim.lora_pre_muon import muon_shape_scale
 from rankwise.optim.newton_schulz import newton_schulz5
-from rankwise.registry import repo_root
 from rankwise.repro.lora_pre.main import SIZES, pretraining_model
+from rankwise.repro.setup import experiment_model
+from common import benchmark_parser, parse_benchmark_args
+from output import write_benchmark
+from timing import best_time, interleaved_times
 
 RANK = 32
 GALORE_GAP = 200
@@ -93,13 +94,7 @@ def matmul_floor(model: nn.Module, rank: int, repeats: int) -> tuple[float, floa
         for b, a, g in mats:
             b @ a, b @ a, a @ g.T, b.T @ g, a @ g.T, b.T @ g
 
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - t0)
-    return best, flops
+    return best_time(run, repeats)[0], flops
 
 
 def _muon_groups(model: nn.Module, rank: int) -> list[dict]:
@@ -125,16 +120,17 @@ def full_training_step(batch: torch.Tensor, repeats: int) -> list[dict[str, str]
         runs[name] = (model, make(model))
     # the reproduction's pretraining model has its own (byte) vocabulary: fold the wiki token ids into it
     batch = batch % next(iter(runs.values()))[0].config.vocab_size
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for i in range(repeats + 1):  # the first round builds states (and GaLore's first SVD): not timed
-        for name, (model, opt) in runs.items():
-            t0 = time.perf_counter()
+
+    def step(model: nn.Module, opt: torch.optim.Optimizer) -> Callable[[], None]:
+        def go() -> None:
             model(input_ids=batch, labels=batch).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-            if i:
-                times[name].append(time.perf_counter() - t0)
-    return _rows(runs, times)
+        return go
+
+    # the warm-up round builds states (and GaLore's first SVD): not timed
+    times = interleaved_times({name: step(model, opt) for name, (model, opt) in runs.items()}, repeats, warmup=1)
+    return _rows(runs, times.timed)
 
 
 def optimizer_step_only(model: nn.Module, batch: torch.Tensor, repeats: int) -> tuple[list[dict[str, str]], dict[str, float]]:
@@ -146,19 +142,15 @@ def optimizer_step_only(model: nn.Module, batch: torch.Tensor, repeats: int) -> 
     for name, make in _makers(RANK, references=True).items():
         clone = copy.deepcopy(model)
         runs[name] = (clone, make(clone))
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    refresh: dict[str, float] = {}
-    for i in range(repeats + 1):
-        for name, (clone, opt) in runs.items():
-            for n, p in clone.named_parameters():
-                p.grad = grads[n].clone()
-            t0 = time.perf_counter()
-            opt.step()
-            elapsed = time.perf_counter() - t0
-            if i == 0 and name.startswith("GaLore"):
-                refresh[name] = elapsed  # step 0 computes every projector by SVD
-            elif i:
-                times[name].append(elapsed)
+
+    def set_grads(name: str) -> None:
+        for n, p in runs[name][0].named_parameters():
+            p.grad = grads[n].clone()
+
+    rounds = interleaved_times({name: opt.step for name, (_, opt) in runs.items()}, repeats, warmup=1, before=set_grads)
+    times = rounds.timed
+    # the warm-up round builds states; GaLore's step 0 computes every projector by SVD: its refresh cost
+    refresh = {name: rounds.warmup[name][0] for name in runs if name.startswith("GaLore")}
     rows = _rows(runs, times)
     for row in rows:
         if row["optimizer"] in refresh:
@@ -193,13 +185,8 @@ def matrices_only(model: nn.Module, repeats: int) -> tuple[list[dict[str, str]],
         for p, g in zip(params, grads):
             p.grad = g
         runs[name] = make(params)
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for i in range(repeats + 1):  # the first round builds the states: not timed
-        for name, opt in runs.items():
-            t0 = time.perf_counter()
-            opt.step()
-            if i:
-                times[name].append(time.perf_counter() - t0)
+    # the warm-up round builds the states: not timed
+    times = interleaved_times({name: opt.step for name, opt in runs.items()}, repeats, warmup=1).timed
     base = statistics.median(times["AdamW"])
     fused = statistics.median(times["AdamW (fused)"])
     rows = [{"optimizer": name, "median step ms": f"{statistics.median(t) * 1e3:.1f}",
@@ -253,15 +240,18 @@ def _markdown(title: str, rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = benchmark_parser(__doc__, "lora-pre")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per measurement (median reported)")
     parser.add_argument("--layers", type=int, default=8, help="SmolLM2 blocks kept for the optimizer-only timing")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    torch.manual_seed(0)
+    args = parse_benchmark_args(parser, argv, {"repeats": 1, "layers": 1})
+    with limit_threads(args.threads):
+        run(args)
 
-    smollm2, tokenizer = load_model("smollm2-135m")
+
+def run(args) -> None:
+    torch.manual_seed(0)
+    smollm2, tokenizer = experiment_model("smollm2-135m", "smoke" if args.smoke else "full")
     smollm2.model.layers = smollm2.model.layers[: args.layers]
     smollm2.config.num_hidden_layers = args.layers
     windows = token_windows(tokenizer, "eval", 128, 8)
@@ -292,10 +282,8 @@ def main() -> None:
         "",
         _floor_section(matrix_medians, floors),
     ])
-    out = args.out or (repo_root() or Path.cwd()) / "docs" / "results" / "lora-pre" / "benchmark.md"
-    write_text_atomic(out, text)
     print(text)
-    print(f"written to {out}")
+    write_benchmark(args.out, text.split("\n"), smoke=args.smoke)
 
 
 if __name__ == "__main__":

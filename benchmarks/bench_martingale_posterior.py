@@ -1,47 +1,46 @@
 """Cost of the martingale-posterior API: the one-call answer on n = 20 scores (Dirichlet shortcut and forward
 resampling), and resampling cost against the number of forward samples.
 
-  .venv/bin/python benchmarks/bench_martingale_posterior.py [--repeats 3]
+  .venv/bin/python benchmarks/bench_martingale_posterior.py [--repeats 3] [--smoke]
 
 1. `martingale_posterior(scores[20], generator, calibration_scores=cal)` end to end (alpha-hat, theta-hat(Q) from 200
    draws, 1,000 posterior draws), with alpha fixed at 5, 50 and 200 (the stick count of the dp_mean shortcut grows
    like alpha log alpha) and with alpha-hat; the target is under one second with the shortcut.
 2. Forward resampling against the horizon M (B = 200) and against the draws B (M = 1,000); the shortcut against B.
    Fitted exponents of time against M and B. The generator is a pool of 10^6 pre-drawn scores (as in the
-   reproductions), so the numbers are the resampling's own cost, not a model's sampling cost. One thread.
-Writes docs/results/martingale-posterior-uq/benchmark.md and benchmark.png.
+   reproductions), so the numbers are the resampling's own cost, not a model's sampling cost. One torch thread
+   (--threads).
+Writes docs/results/martingale-posterior-uq/benchmark.md and benchmark.png (or --out; --smoke: short curves, a
+temporary folder).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
-from pathlib import Path
 
 import numpy as np
 
 from rankwise.algorithms.martingale_posterior import (
     PoolGenerator, dirichlet_shortcut, forward_resample, martingale_posterior, sticks_for,
 )
+from rankwise.core.threads import limit_threads
+from common import benchmark_parser, parse_benchmark_args, threads_label
 from output import png_bytes, pyplot, write_benchmark
 from timing import best_time, loglog_slope
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = benchmark_parser(__doc__, "martingale-posterior-uq")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--horizons", type=int, nargs="+", default=[250, 500, 1000, 2000, 4000])
     parser.add_argument("--draws", type=int, nargs="+", default=[100, 200, 400, 800, 1600])
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parents[1] / "docs/results/martingale-posterior-uq")
-    args = parser.parse_args()
-    try:
-        import torch
+    args = parse_benchmark_args(parser, argv, {"repeats": 1, "horizons": [50, 100], "draws": [20, 40]})
+    with limit_threads(args.threads):
+        run(args)
 
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+
+def run(args) -> None:
     rng = np.random.default_rng(0)
     gen = PoolGenerator(rng.beta(2.0, 5.0, 1_000_000))
     scores, cal = rng.beta(5.0, 3.0, 20), rng.beta(5.0, 3.0, 150)
@@ -71,7 +70,7 @@ def main() -> None:
         print("draws", b, flush=True)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    lines = ["# Benchmark: martingale-posterior API and resampling cost (CPU, float64, 1 thread)", "",
+    lines = [f"# Benchmark: martingale-posterior API and resampling cost (CPU, float64, {threads_label()})", "",
              f"Best of {args.repeats}; numpy {np.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, 1-minute "
              f"load average {load:.1f} at the end (the machine is shared with other jobs).", "",
              "## One call on n = 20 scores (alpha-hat rule or fixed alpha; theta-hat(Q) from 200 generator draws)", "",
@@ -89,7 +88,7 @@ def main() -> None:
     lines += ["", "Forward resampling costs B M steps (linear in both; it is sequential in M, vectorised over the B "
               "paths); the shortcut costs B (n + K) with K ~ (alpha / 2) log(100 alpha) sticks for the dp_mean model "
               "term, independent of any horizon."]
-    write_benchmark(args.out, lines, plot(curves))
+    write_benchmark(args.out, lines, plot(curves), smoke=args.smoke)
 
 
 def plot(curves) -> bytes:

@@ -1,37 +1,42 @@
 """Quantization throughput of rankwise.quant against torchao's emulated MX / NVFP4 path, same inputs, one run.
 
-  .venv/bin/python benchmarks/bench_microscaling.py [--rows 4096] [--cols 4096] [--repeats 5]
+  .venv/bin/python benchmarks/bench_microscaling.py [--rows 4096] [--cols 4096] [--repeats 5] [--threads N] [--smoke]
 
 Measures elements per second of quantize (scales + packed FP4 codes) for MXFP4 (E8M0, block 32, floor) and NVFP4
 (UE4M3, block 16, per-tensor scale), plus rankwise's UE5M3 recipe (torchao has no equivalent), at 1 thread and at
-torch's default thread count, and checks the outputs are bit-identical. Writes
-docs/results/microscaling-ue5m3/benchmark.md.
+torch's default thread count (or --threads), and checks the outputs are bit-identical. Writes
+docs/results/microscaling-ue5m3/benchmark.md (or --out; --smoke: a 64 x 64 input, a temporary folder).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
 import warnings
-from pathlib import Path
 
 import torch
 
 import rankwise.quant.block as block
-from rankwise.core.io import write_text_atomic
+from rankwise.core.threads import limit_threads
 from rankwise.quant import get_recipe, pack_nibbles, quantize
+from common import benchmark_parser, parse_benchmark_args
+from output import write_benchmark
 from timing import best_time
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    # --threads: the thread count compared with one thread (default: torch's)
+    parser = benchmark_parser(__doc__, "microscaling-ue5m3", threads=None)
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--cols", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs/results/microscaling-ue5m3/benchmark.md")
-    args = parser.parse_args()
+    args = parse_benchmark_args(parser, argv, {"rows": 64, "cols": 64, "repeats": 1})
+    with limit_threads(args.threads):
+        run(args)
+
+
+def run(args) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torchao.prototype.mx_formats.config import ScaleCalculationMode
@@ -62,14 +67,13 @@ def main() -> None:
     default_threads = torch.get_num_threads()
     rows = []
     for threads in sorted({1, default_threads}):
-        torch.set_num_threads(threads)
-        block.QUANT_NUM_THREADS = None  # both libraries run on the same thread count here
-        for name, (ours, theirs) in cases.items():
-            t_ours = best_time(ours, args.repeats)[0]
-            t_theirs = best_time(theirs, args.repeats)[0] if theirs else None
-            rows.append((threads, name, n / t_ours, n / t_theirs if t_theirs else None))
-            print(rows[-1])
-    torch.set_num_threads(default_threads)
+        with limit_threads(threads):
+            block.QUANT_NUM_THREADS = None  # both libraries run on the same thread count here
+            for name, (ours, theirs) in cases.items():
+                t_ours = best_time(ours, args.repeats)[0]
+                t_theirs = best_time(theirs, args.repeats)[0] if theirs else None
+                rows.append((threads, name, n / t_ours, n / t_theirs if t_theirs else None))
+                print(rows[-1])
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [
@@ -90,8 +94,7 @@ def main() -> None:
               "by exact frexp arithmetic; torchao uses fp32 bit manipulation. By default rankwise runs this work on one "
               "thread (`rankwise.quant.block.QUANT_NUM_THREADS`), which on this shared machine is the faster choice; "
               "here both libraries run on the thread count in the first column."]
-    write_text_atomic(args.out, "\n".join(lines) + "\n")
-    print(f"written to {args.out}")
+    write_benchmark(args.out, lines, smoke=args.smoke)
 
 
 if __name__ == "__main__":

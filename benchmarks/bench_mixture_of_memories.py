@@ -1,9 +1,9 @@
 """Cost of the Mixture-of-Memories layer: against single-memory linear attention and softmax attention at equal
 parameters, and against softmax attention as the sequence grows (linear vs quadratic, with the crossover).
 
-  .venv/bin/python benchmarks/bench_mixture_of_memories.py [--seqs 256 512 ... 8192] [--repeats 3]
+  .venv/bin/python benchmarks/bench_mixture_of_memories.py [--seqs 256 512 ... 8192] [--repeats 3] [--smoke]
 
-Forward + backward of one layer (d_model 64, 2 heads of size 32, batch 1, float32, one thread) on x [1, L, 64]:
+Forward + backward of one layer (d_model 64, 2 heads of size 32, batch 1, float32, one thread: --threads) on x [1, L, 64]:
   - equal parameters at L = 1024 and 4096: MoM (4 memories, top-2, shared memory, chunks of 64); the single memory
     with its key size expanded until it has >= MoM's parameters; softmax attention with its key size expanded the
     same way (torch's scaled_dot_product_attention); and the plain single memory.
@@ -11,20 +11,22 @@ Forward + backward of one layer (d_model 64, 2 heads of size 32, batch 1, float3
     first L at which MoM is faster (interpolated on log-log axes).
 Memory: the bytes autograd saves for the backward (the activation memory of training, which is what grows with L;
 captured with saved-tensor hooks), and torch.cuda's peak allocation where a GPU is present.
-Writes docs/results/mixture-of-memories/benchmark.md and benchmark.png.
+Writes docs/results/mixture-of-memories/benchmark.md and benchmark.png (or --out; --smoke: short sequences, a
+temporary folder).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import platform
-from pathlib import Path
 
 import torch
 
-from rankwise.core.io import write_bytes_atomic, write_text_atomic
+from rankwise.core.threads import limit_threads
 from rankwise.nn.mixture_of_memories import CausalSoftmaxAttention, LinearAttention, MixtureOfMemories
+from common import benchmark_parser, parse_benchmark_args, threads_label
+from memory import cuda_peak_bytes, saved_tensor_bytes
+from output import png_bytes, pyplot, write_benchmark
 from timing import best_time, loglog_slope
 
 D, HEADS, HEAD_DIM = 64, 2, 32
@@ -48,16 +50,8 @@ def _layers() -> dict[str, torch.nn.Module]:
 
 
 def _saved_bytes(layer: torch.nn.Module, x: torch.Tensor) -> int:
-    total = 0
-
-    def pack(t):
-        nonlocal total
-        total += t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        layer(x).pow(2).mean()
-    return total
+    """Every saved tensor's numel x element size, repeats included (not by storage: the committed numbers' count)."""
+    return saved_tensor_bytes(lambda: layer(x).pow(2).mean(), by_storage=False)[0]
 
 
 def _fwd_bwd(layer: torch.nn.Module, x: torch.Tensor):
@@ -72,10 +66,7 @@ def _cuda_peak(layer: torch.nn.Module, L: int) -> float | None:
         return None
     gpu = layer.cuda()
     x = torch.randn(1, L, D, device="cuda", requires_grad=True)
-    torch.cuda.reset_peak_memory_stats()
-    _fwd_bwd(gpu, x)()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() / 2**20
+    peak = cuda_peak_bytes(_fwd_bwd(gpu, x)) / 2**20
     layer.cpu()
     return peak
 
@@ -90,19 +81,22 @@ def _crossover(seqs, t_mom, t_soft) -> float | None:
     return float(seqs[0]) if r[0] <= 0 else None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = benchmark_parser(__doc__, "mixture-of-memories")
     parser.add_argument("--seqs", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192])
     parser.add_argument("--equal-seqs", type=int, nargs="+", default=[1024, 4096])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parents[1] / "docs/results/mixture-of-memories")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    args = parse_benchmark_args(parser, argv, {"seqs": [64, 128, 256, 512], "equal_seqs": [128], "repeats": 1})
+    with limit_threads(args.threads):
+        run(args)
+
+
+def run(args) -> None:
     gen = torch.Generator().manual_seed(0)
     layers = _layers()
     lines = ["# Mixture-of-Memories: benchmark", "",
-             f"One thread, float32, batch 1, d_model {D}, {HEADS} heads of size {HEAD_DIM}; forward + backward of one "
+             f"{threads_label().capitalize()}, float32, batch 1, d_model {D}, {HEADS} heads of size {HEAD_DIM}; "
+             "forward + backward of one "
              f"layer, best of {args.repeats}. `{platform.processor() or platform.machine()}`, torch {torch.__version__}, "
              "on a machine shared with other jobs (ratios are the robust numbers). Memory: bytes autograd saves for "
              "the backward (activation memory).", "",
@@ -143,18 +137,12 @@ def main() -> None:
               f"{loglog_slope(args.seqs[half:], t_soft[half:]):.2f}.",
               "Crossover (first L where MoM's forward + backward is faster than softmax attention's): "
               + ("not reached in the measured range" if cross is None else f"L ~ {cross:.0f}") + "."]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "benchmark.md", "\n".join(lines) + "\n")
-    write_bytes_atomic(args.out / "benchmark.png", _plot(args.seqs, t_mom, t_soft))
+    write_benchmark(args.out, lines, _plot(args.seqs, t_mom, t_soft), smoke=args.smoke)
     print("\n".join(lines))
 
 
 def _plot(seqs, t_mom, t_soft) -> bytes:
-    import io
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.loglog(seqs, [t * 1e3 for t in t_mom], "o-", label="MoM (chunked)")
@@ -163,10 +151,7 @@ def _plot(seqs, t_mom, t_soft) -> bytes:
     ax.set_ylabel("forward + backward (ms)")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=120, bbox_inches="tight")
 
 
 if __name__ == "__main__":

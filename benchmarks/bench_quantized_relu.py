@@ -1,27 +1,28 @@
 """Cost growth of the exact d-QNNT solvers per parameter: rankwise's layer DP against brute-force enumeration.
 
-  .venv/bin/python benchmarks/bench_quantized_relu.py [--repeats 3] [--seed 0] [--quick]
+  .venv/bin/python benchmarks/bench_quantized_relu.py [--repeats 3] [--seed 0] [--quick] [--smoke]
 
 For each parameter in turn (number of samples n, hidden layers, hidden width, input dimension alpha, and d), with the
 others fixed, times both solvers on one planted instance per point (minimum of `--repeats` runs, DP without early
 stop) and counts their operations (neuron evaluations on the distinct inputs). Fits the growth: a log-log slope
 (polynomial degree) for n and depth, a per-unit factor (exponential rate) for width, alpha, d and, for brute force,
-per parameter. Writes docs/results/quantized-relu-training/benchmark.md and benchmark.png. One run, no asserts.
+per parameter. Writes docs/results/quantized-relu-training/benchmark.md and benchmark.png (or --out; --smoke: the
+quick sweeps, one run each, a temporary folder). One run, no asserts; one torch thread (--threads).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import platform
-from pathlib import Path
 
 import numpy as np
 
 from rankwise.algorithms.quantized_relu import (
     QuantizedArchitecture, brute_force, brute_force_assignments, layer_dp, planted_instance,
 )
-from rankwise.core.io import write_bytes_atomic, write_text_atomic
+from rankwise.core.threads import limit_threads
+from common import benchmark_parser, parse_benchmark_args
+from output import png_bytes, pyplot, write_benchmark
 from timing import best_time
 
 BRUTE_WORK = 1 << 23  # brute force runs where d^params * distinct inputs <= this
@@ -51,13 +52,17 @@ def fit(kind: str, xs, ys) -> float:
     return float(math.exp(np.polyfit(xs, ys, 1)[0]))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = benchmark_parser(__doc__, "quantized-relu-training")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="small sweeps (seconds)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs/results/quantized-relu-training")
-    args = parser.parse_args()
+    args = parse_benchmark_args(parser, argv, {"quick": True, "repeats": 1})
+    with limit_threads(args.threads):
+        run(args)
+
+
+def run(args) -> None:
     rng = np.random.default_rng(args.seed)
     lines = ["# Exact d-QNNT solver cost per parameter: layer DP vs brute force", "",
              f"One planted instance per point, seed {args.seed}, minimum of {args.repeats} runs; DP without early stop. "
@@ -92,19 +97,11 @@ def main() -> None:
             lines.append(f"- brute force time: factor {fit('exp', [r['params'] for r in brute], [r['bf_s'] for r in brute]):.3g} "
                          "per parameter (fit over n_params >= 13 where available)")
         lines.append("")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "benchmark.md", "\n".join(lines))
-    write_bytes_atomic(args.out / "benchmark.png", plot(results))
-    print(f"wrote {args.out / 'benchmark.md'}")
+    write_benchmark(args.out, lines, plot(results), smoke=args.smoke)
 
 
 def plot(results) -> bytes:
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.5))
     for ax, (name, (kind, rows)) in zip(np.atleast_1d(axes), results.items()):
@@ -120,9 +117,7 @@ def plot(results) -> bytes:
         ax.set_ylabel("time (s)")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,20 @@
 """Cost of the tubal toolkit on growing tensors: FFT t-product vs the direct block-circulant product, t-SVD, and one
 FGD iteration.
 
-  .venv/bin/python benchmarks/bench_tubal.py [--sizes 16 32 64 128] [--tubes 4 8 16 32] [--repeats 3]
+  .venv/bin/python benchmarks/bench_tubal.py [--sizes 16 32 64 128] [--tubes 4 8 16 32] [--repeats 3] [--smoke]
 
 t-product of A [n, n, k] and B [n, n, k]: rankwise's FFT form (k slice products + 2 FFTs, O(n^3 k + n^2 k log k))
 against bcirc(A) @ unfold(B) (one (nk) x (nk) by (nk) x n product, O(n^3 k^2)); t-SVD (k/2 + 1 slice SVDs); one
 FGD iteration for n x n x 3 tensors with m = 5 n r k Gaussian measurements (dominated by the two products with the
-m x n^2 k measurement matrix, O(m n^2 k)). Fitted exponents of time against the growing size; ratios. One thread.
-Writes docs/results/tubal-rank-recovery/benchmark.md and benchmark.png.
+m x n^2 k measurement matrix, O(m n^2 k)). Fitted exponents of time against the growing size; ratios. One thread
+(--threads). Writes docs/results/tubal-rank-recovery/benchmark.md and benchmark.png (or --out; --smoke: small
+tensors, a temporary folder).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
-from pathlib import Path
 
 import torch
 
@@ -23,20 +22,24 @@ from rankwise.algorithms.tubal import (
     GaussianMeasurements, block_circulant, factorized_gd, fold_slices, low_tubal_rank_psd, small_init, t_product,
     t_svd, unfold_slices,
 )
+from rankwise.core.threads import limit_threads
+from common import benchmark_parser, parse_benchmark_args, threads_label
 from output import png_bytes, pyplot, write_benchmark
 from timing import best_time, loglog_slope
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = benchmark_parser(__doc__, "tubal-rank-recovery")
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64, 128])
     parser.add_argument("--tubes", type=int, nargs="+", default=[4, 8, 16, 32])
     parser.add_argument("--fgd-sizes", type=int, nargs="+", default=[10, 20, 30, 40])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parents[1] / "docs/results/tubal-rank-recovery")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    args = parse_benchmark_args(parser, argv, {"sizes": [4, 8], "tubes": [2, 4], "fgd_sizes": [4, 6], "repeats": 1})
+    with limit_threads(args.threads):
+        run(args)
+
+
+def run(args) -> None:
     gen = torch.Generator().manual_seed(0)
     rows: dict[str, list[tuple[int, float, float | None]]] = {}
 
@@ -70,7 +73,7 @@ def main() -> None:
         print("fgd", n, f"{sec * 1e3:.3f} ms/iter", flush=True)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    lines = ["# Benchmark: tubal toolkit cost on growing tensors (CPU, float64, 1 thread)", "",
+    lines = [f"# Benchmark: tubal toolkit cost on growing tensors (CPU, float64, {threads_label()})", "",
              f"Best of {args.repeats}; torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} CPUs, "
              f"1-minute load average {load:.1f} at the end (the machine is shared: ratios are the numbers to read).",
              "", "| what | sizes | ms | fitted exponent | max abs difference FFT vs bcirc |", "|---|---|---|---|---|"]
@@ -88,7 +91,7 @@ def main() -> None:
     lines += ["", "The FFT form's cost grows like k (times log k for the transforms); the block-circulant product like "
               "k^2, so the gap widens with the tube length. One FGD iteration is dominated by the measurement "
               "products (m n^2 k = 135 n^3 here: exponent ~3; below 3 at these small sizes)."]
-    write_benchmark(args.out, lines, plot(rows))
+    write_benchmark(args.out, lines, plot(rows), smoke=args.smoke)
 
 
 def plot(rows) -> bytes:
