@@ -137,7 +137,9 @@ def test_pretraining_refuses_too_little_data(digits28):
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("name, floor", [("tiny-vit-fmnist-0to4", 0.85), ("resnet-small-fmnist", 0.85)])
+# The ViT's named recipe only (WASI's source model, ~45 s): the ResNet's measured 90.7% is in models/vision's
+# docstring, and its pretraining path is covered by the smoke recipe above (the suite must stay under 10 minutes).
+@pytest.mark.parametrize("name, floor", [("tiny-vit-fmnist-0to4", 0.85)])
 def test_named_fashion_mnist_backbones(tmp_cache, name, floor):
     try:
         fashion_mnist_folder()
@@ -149,5 +151,4 @@ def test_named_fashion_mnist_backbones(tmp_cache, name, floor):
     # measured 89.7% (ViT, 5 classes, chance 20%) and 90.7% (ResNet, 10 classes at 14x14, chance 10%), each ~1 min
     assert backbone.held_out_accuracy >= floor
     assert backbone.module.head.out_features == len(recipe.classes)
-    t0 = time.perf_counter()
-    assert vision.pretrained_backbone(name, train).from_cache and time.perf_counter() - t0 < 1.0
+    assert vision.pretrained_backbone(name, train).from_cache  # the second call loads it

@@ -99,7 +99,9 @@ def test_encoder_cache_is_the_layer_input_and_the_top_reproduces_the_full_model(
         full = model(**enc, output_hidden_states=True)
     for start in range(3):
         cached = cache_encoder_inputs(model, _tokenizer, TEXTS, [0, 1, 2, 1, 0], 10, start, batch_size=2)
-        assert torch.equal(cached.h, full.hidden_states[start])  # the same operations, per example
+        # The same operations on batches of 2 instead of 5: equal up to the network's float32 rounding (a matmul's
+        # blocking may depend on the batch shape and the thread count).
+        assert_rounding_close(cached.h, full.hidden_states[start], model)
         assert torch.equal(cached.mask, enc["attention_mask"].float()) and cached.labels.tolist() == [0, 1, 2, 1, 0]
         clf = EncoderTopClassifier(model.encoder.layer[start:], 32, 3)
         with torch.no_grad():
