@@ -5,7 +5,6 @@ Fashion-MNIST recipes in a real_model test)."""
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -97,9 +96,8 @@ def test_pretraining_learns_and_is_cached(digits28, tmp_cache, recipe, chance, f
     assert len(train_idx) == recipe.num_train and len(eval_idx) == recipe.num_eval
     assert not set(train_idx.tolist()) & set(eval_idx.tolist())
     assert set(digits28.labels[torch.cat([train_idx, eval_idx])].tolist()) <= set(recipe.classes)
-    t0 = time.perf_counter()
     second = vision.pretrained_backbone(recipe, digits28)
-    assert time.perf_counter() - t0 < 1.0 and second.from_cache
+    assert second.from_cache  # loaded, not trained again (a cache hit; speed is for benchmarks, not tests)
     assert second.held_out_accuracy == first.held_out_accuracy and not second.module.training
     for (name, p), q in zip(first.module.state_dict().items(), second.module.state_dict().values()):
         assert torch.equal(p, q), name
