@@ -50,6 +50,9 @@ import torch
 from rankwise.core.cache import cache_key, cached_entry, store_entry
 from rankwise.core.io import load_tensors, read_json, save_tensors_atomic, write_json_atomic
 from rankwise.core.progress import progress
+from rankwise.core.spectral import fourier_resample, from_spectrum  # noqa: F401  (fourier_resample: re-exported)
+from rankwise.core.spectral import irfft as _irfft
+from rankwise.core.spectral import rfft as _rfft
 from rankwise.errors import CorruptFileError, InvalidInputError, NumericalError
 
 CACHE_NAMESPACE = "pdes"
@@ -107,40 +110,6 @@ class PDETrajectories:
             raise InvalidInputError(f"lag must be in 1..{u.size(1) - 1} (there are {u.size(1)} snapshots), got {lag}")
         tail = u.shape[2:]
         return u[:, :-lag].reshape(-1, *tail), u[:, lag:].reshape(-1, *tail)
-
-
-# ------------------------------------------------------------------------------------------------ Fourier resampling
-
-
-def fourier_resample(u: torch.Tensor, n: int, *, ndim: int) -> torch.Tensor:
-    """Resample periodic fields u [..., N] (ndim=1) or [..., N, N] (ndim=2; no default: [B, N, N] could be either)
-    onto n points per axis by Fourier truncation (n < N) or zero padding (n > N): the modes |m| < min(N, n) / 2 are
-    kept on every axis, the rest (Nyquist included, whose sign is ambiguous on an even grid) dropped. Computed in
-    float64, returned in u's dtype.
-
-    Coarsening is therefore a projection: resample(resample(u, 64), 32) == resample(u, 32), and resampling a field
-    without modes at or above n / 2 to n points and back is the identity (up to rounding)."""
-    if ndim not in (1, 2) or u.dim() < ndim or (ndim == 2 and u.size(-1) != u.size(-2)):
-        raise InvalidInputError(f"fourier_resample takes [..., N] (ndim=1) or [..., N, N] (ndim=2), got {tuple(u.shape)} with ndim={ndim}")
-    N = u.size(-1)
-    if n < 2 or n % 2 or N % 2:
-        raise InvalidInputError(f"grid sizes must be even and >= 2, got {N} -> {n}")
-    return _from_spectrum(_rfft(u.double(), ndim), N, n, ndim).to(u.dtype)
-
-
-def _from_spectrum(spectrum: torch.Tensor, N: int, n: int, ndim: int) -> torch.Tensor:
-    """The n-point grid values (float64) of the field whose N-point rfft (rfft2) is `spectrum` [..., N/2+1] (or
-    [..., N, N/2+1]), keeping the modes |m| < min(N, n) / 2 on every axis."""
-    keep = min(N, n) // 2  # modes 0 .. keep - 1 (and their negatives) survive
-    if ndim == 1:
-        out = spectrum.new_zeros(*spectrum.shape[:-1], n // 2 + 1)
-        out[..., :keep] = spectrum[..., :keep]
-        return torch.fft.irfft(out, n=n) * (n / N)
-    out = spectrum.new_zeros(*spectrum.shape[:-2], n, n // 2 + 1)
-    out[..., :keep, :keep] = spectrum[..., :keep, :keep]
-    if keep > 1:
-        out[..., n - keep + 1 :, :keep] = spectrum[..., N - keep + 1 :, :keep]
-    return torch.fft.irfft2(out, s=(n, n)) * (n * n / (N * N))
 
 
 # -------------------------------------------------------------------------------------------- random initial fields
@@ -255,7 +224,7 @@ def _solve_advection_diffusion(p: dict[str, Any]) -> Solution:
     times = _output_times(p)
     rate = -p["viscosity"] * k**2 - 1j * p["velocity"] * k  # [N/2 + 1]
     u_hat = torch.fft.rfft(u0).unsqueeze(1) * torch.exp(rate * times.view(-1, 1))  # [B, T, N/2 + 1]
-    return {n: _from_spectrum(u_hat, N, n, 1).float() for n in p["resolutions"]}, times, {"steps": 0}
+    return {n: from_spectrum(u_hat, N, n, 1).float() for n in p["resolutions"]}, times, {"steps": 0}
 
 
 def _burgers(u0: torch.Tensor, p: dict[str, Any], times: torch.Tensor) -> Solution:
@@ -376,7 +345,7 @@ def _snapshots(u_hat: torch.Tensor, p: dict[str, Any]) -> dict[int, torch.Tensor
     """The fine state's spectrum [B, ...] as float32 grid values at every requested resolution: {n: [B, n...]}.
     Only the truncations are kept, never the fine grid (at N = 192 in 2-D it would be 0.8 GB per 256 trajectories)."""
     ndim = u_hat.dim() - 1
-    return {n: _from_spectrum(u_hat, p["fine"], n, ndim).float() for n in p["resolutions"]}
+    return {n: from_spectrum(u_hat, p["fine"], n, ndim).float() for n in p["resolutions"]}
 
 
 def _output_times(p: dict[str, Any]) -> torch.Tensor:
@@ -498,11 +467,3 @@ def _half_grid_weights(N: int) -> torch.Tensor:
     weights = torch.full((N // 2 + 1,), 2.0, dtype=torch.float64)
     weights[0] = weights[-1] = 1.0
     return weights
-
-
-def _rfft(x: torch.Tensor, ndim: int) -> torch.Tensor:
-    return torch.fft.rfft(x) if ndim == 1 else torch.fft.rfft2(x)
-
-
-def _irfft(x: torch.Tensor, N: int, ndim: int) -> torch.Tensor:
-    return torch.fft.irfft(x, n=N) if ndim == 1 else torch.fft.irfft2(x, s=(N, N))
