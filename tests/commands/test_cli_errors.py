@@ -231,3 +231,33 @@ def test_out_holding_user_files_is_refused_up_front_unless_overwrite(tmp_path, c
     with pytest.raises(Worked):
         main([*argv, "--overwrite"])
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_repro_out_never_overwrites_a_users_report(tmp_path, capsys, tmp_cache):
+    """`repro --out DIR`: DIR is new, empty or an earlier `repro --out` run; a user's own report.md is kept."""
+    from rankwise.cli import main
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    assert main(["--quiet", "repro", "plop", "--out", str(mine)]) == 2
+    assert (mine / "report.md").read_text() == "my notes"
+    out = tmp_path / "run"
+    assert main(["--quiet", "repro", "plop", "--out", str(out)]) == 0
+    assert main(["--quiet", "repro", "plop", "--out", str(out)]) == 0  # its own run folder is reused
+    assert (out / "report.json").is_file()
+
+
+@pytest.mark.parametrize("command", [["quantize", "--format", "fp4", "--scale", "ue5m3", "--block", "16"],
+                                     ["convert", "mla", "--kv-rank", "32", "--method", "svd"]])
+def test_overwrite_never_deletes_the_commands_own_input(tmp_path, capsys, command):
+    """`--out DIR --overwrite` with --model inside DIR would replace (delete) the input: refused before any work."""
+    from rankwise.cli import main
+    from rankwise.models import load_smollm2_tokenizer, tiny_llama
+
+    model = tmp_path / "out" / "model"
+    tiny_llama(seed=0).save_pretrained(model)
+    load_smollm2_tokenizer().save_pretrained(model)
+    assert main(["--quiet", *command, "--model", str(model), "--out", str(tmp_path / "out"), "--overwrite"]) == 2
+    assert "holds the input" in capsys.readouterr().err
+    assert (model / "config.json").is_file()

@@ -80,7 +80,7 @@ RUN_MARKER = "rankwise-run.json"  # written first into a training run's --out fo
 
 
 def check_output(path: str | os.PathLike, flag: str = "--out", folder: bool = True, kind: str | None = None,
-                 overwrite: bool = False, run: str | None = None) -> Path:
+                 overwrite: bool = False, run: str | None = None, sources: tuple[str, ...] = ()) -> Path:
     """Refuse an output that cannot be written, before any work. Returns the path.
 
     Refused: the current folder or one above it (a folder output replaces its target), a path under an existing
@@ -96,6 +96,11 @@ def check_output(path: str | os.PathLike, flag: str = "--out", folder: bool = Tr
     """
     path = Path(path)
     resolved = path.expanduser().resolve()
+    for source in sources:  # what the command reads (e.g. --model DIR): replacing the output must not delete it
+        src = Path(source).expanduser()
+        if src.exists() and (src.resolve() == resolved or resolved in src.resolve().parents):
+            raise InvalidInputError(f"{flag} {path} holds the input {source}: writing there would replace what the command "
+                                    f"reads; choose an output folder outside it")
     cwd = Path.cwd().resolve()
     if folder and (resolved == cwd or resolved in cwd.parents):
         raise InvalidInputError(

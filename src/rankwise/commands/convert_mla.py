@@ -60,7 +60,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Everything that can be checked before loading the model: the model's kind and the output path."""
     require_model(args.model, "convert mla", ACCEPTS, causal=True, model_types=MODEL_TYPES)
     if args.out is not None:
-        check_output(args.out, kind="mla-deploy" if wants_deploy(args) else "mla-oneshot", overwrite=args.overwrite)
+        check_output(args.out, kind="mla-deploy" if wants_deploy(args) else "mla-oneshot", overwrite=args.overwrite, sources=(str(args.model),))
     if getattr(args, "heal_dir", None):
         check_output(args.heal_dir, "--heal-dir")
     for flag in ("calibration_text", "eval_text"):

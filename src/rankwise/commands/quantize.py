@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_model(args.model, "quantize", ACCEPTS)  # before any work: the kind of --model, then the output
-    check_output(args.out, kind="microscaling", overwrite=args.overwrite)
+    check_output(args.out, kind="microscaling", overwrite=args.overwrite, sources=(str(args.model),))
     from rankwise.core.progress import say
     from rankwise.models import load_model
     from rankwise.quant import make_recipe, save_quantized

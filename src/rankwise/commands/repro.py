@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rankwise.commands.common import check_output
+from rankwise.commands.common import check_output, mark_run_folder
 from rankwise.registry import parse_target, repo_root
 
 
@@ -24,11 +24,14 @@ def run(args: argparse.Namespace) -> int:
 
     method, experiment = parse_target(args.target)  # a bad name fails before any work
     if args.out is not None:
-        check_output(args.out)
+        # new, empty, or an earlier `repro --out` folder: a user's own report.md / report.json are never overwritten
+        check_output(args.out, run="repro")
     report = run_reproduction(args.target, size=args.size, seed=args.seed, threads=args.threads)
     root = repo_root() or Path.cwd()
     suffix = "" if experiment.name == "main" else f"-{experiment.name}"
     out = args.out or (root / experiment.results_dir(method.slug) if args.size == "full" else root / "runs" / f"{method.slug}{suffix}-smoke")
+    if args.out is not None:
+        mark_run_folder(out, "repro")
     report.write(out)
     print(report.summary_text())
     print(f"report written to {out}/report.md (wall time {report.wall_time_s:.1f} s)")

@@ -80,11 +80,30 @@ def _causal(config: dict[str, Any], model_class: str | None = None) -> bool | No
     return any(str(a).endswith("ForCausalLM") for a in names) if names else None
 
 
+# Files whose `auto_map` makes transformers offer to import Python code shipped inside the folder.
+CODE_MAPS = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
+
+
+def refuse_folder_code(path: Path) -> None:
+    """A folder that asks transformers to run code of its own (an `auto_map`, or Python files beside the weights) is
+    refused, naming the file: rankwise never runs code from a model folder (and passes trust_remote_code=False)."""
+    for name in CODE_MAPS:
+        f = path / name
+        if f.is_file():
+            data = _read_json(f)
+            if isinstance(data, dict) and data.get("auto_map"):
+                raise InvalidInputError(
+                    f"{f} has an auto_map ({data['auto_map']!r}): it asks to run Python code shipped in the folder, which "
+                    "rankwise never does; use a model whose architecture transformers itself provides")
+
+
 def read_model_config(path: Path) -> dict[str, Any]:
-    """config.json as a dict, refusing what no loader can use (not an object, no model_type)."""
+    """config.json as a dict, refusing what no loader can use (not an object, no model_type) and what would run
+    code from the folder (`refuse_folder_code`)."""
     config = _read_json(path / "config.json")
     if not isinstance(config, dict):
         raise CorruptFileError(f"{path / 'config.json'} holds {type(config).__name__}, not a model config (a JSON object)")
+    refuse_folder_code(path)
     if not isinstance(config.get("model_type"), str) or not config["model_type"]:
         raise CorruptFileError(
             f"{path / 'config.json'} has no model_type, so no loader knows which architecture it describes: it is not "
@@ -100,6 +119,11 @@ def check_transformers_folder(path: Path, need_tokenizer: bool = True) -> None:
             f"{path} has a config.json but no weights (no model.safetensors or pytorch_model.bin): save the model with "
             "model.save_pretrained(DIR), or pass the folder that holds the weights"
         )
+    if not any(path.glob("*.safetensors")) and not (path / "model.safetensors.index.json").is_file():
+        raise InvalidInputError(
+            f"{path} holds only pickled weights (pytorch_model*.bin), which rankwise does not unpickle (a pickle can run "
+            "code): convert them to safetensors where you trust them, e.g. model.save_pretrained(DIR, "
+            "safe_serialization=True), and pass that folder")
     if need_tokenizer and not any((path / f).is_file() for f in TOKENIZER_FILES):
         raise CorruptFileError(
             f"{path} has weights but no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save the tokenizer "

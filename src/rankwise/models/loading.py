@@ -50,8 +50,8 @@ def _load_folder(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     folders.check_transformers_folder(path)
     auto = AutoModelForCausalLM if folders._is_causal(config) else AutoModel
     try:
-        model = auto.from_pretrained(path, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = auto.from_pretrained(path, dtype=torch.float32, trust_remote_code=False, use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as e:  # transformers' own account of an unreadable folder
         raise CorruptFileError(f"{path} could not be loaded by transformers: {e}") from e
     return model.eval(), tokenizer

@@ -16,8 +16,8 @@ def minilm_folder():
 
 def load_minilm() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     folder = minilm_folder()
-    model = AutoModel.from_pretrained(folder, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     return model.eval(), tokenizer
 
 

@@ -37,8 +37,8 @@ def load_smollm2() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         if folder.exists():
             say(f"rankwise: SmolLM2 cache unusable ({e}); rebuilding it")
         build_smollm2_cache(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     return model.eval(), tokenizer
 
 

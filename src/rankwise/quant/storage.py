@@ -126,7 +126,7 @@ def load_quantized(folder: str | Path) -> tuple[PreTrainedModel, object]:
     verify_manifest(folder)
     meta = read_versioned_config(folder / "quantization.json", CONFIG_KIND, CONFIG_VERSION)
     recipe = recipe_from_dict(meta.get("recipe", {}))
-    config = AutoConfig.from_pretrained(folder)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     cls = _model_class(meta.get("model_class"), config)
     model = (cls.from_config(config) if hasattr(cls, "from_config") else cls(config)).float()
     dense = load_tensors(folder / DENSE_FILE)
@@ -147,7 +147,7 @@ def load_quantized(folder: str | Path) -> tuple[PreTrainedModel, object]:
     left = [k for k in missing if k not in filled and not _is_tied(model, k)]
     if left:
         raise CorruptFileError(f"{folder}: parameters missing from the files: {left[:5]}")
-    tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").is_file() else None
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False) if (folder / "tokenizer_config.json").is_file() else None
     return model.eval(), tokenizer
 
 

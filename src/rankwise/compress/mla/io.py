@@ -118,7 +118,7 @@ def load_mla(folder: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
         raise CorruptFileError(f"{folder}: weights do not match the recorded ranks (missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
     model.tie_weights()
     model.float().eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer_config.json").is_file() else None
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False) if (folder / "tokenizer_config.json").is_file() else None
     return model, tokenizer
 
 

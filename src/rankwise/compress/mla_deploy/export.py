@@ -142,7 +142,7 @@ def load_deepseek_v3(folder: str | Path) -> DeepseekV3ForCausalLM:
         raise CorruptFileError(f"{folder} has no {MANIFEST_NAME}: it was not written by export_deepseek_v3 (export it again)")
     verify_manifest(folder)
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise CorruptFileError(f"{folder} is not a loadable checkpoint ({e})") from e
     return model.eval()
