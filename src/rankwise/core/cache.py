@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankwise.core.io import MANIFEST_NAME, read_json, save_model_folder, sweep_temporaries, temporary_name, verify_manifest
+from rankwise.core.io import (MANIFEST_NAME, read_json, save_model_folder, sweep_temporaries, temporary_name, verify_manifest,
+                              write_json_atomic)
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 CACHE_ENV = "RANKWISE_CACHE"
@@ -41,10 +42,16 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "rankwise")
 
 
+ROOT_MARKER = ".rankwise-cache"  # in the root: this folder is rankwise's cache (what `cache clear` may touch)
+
+
 def cache_dir(*parts: str) -> Path:
-    """`$RANKWISE_CACHE/<parts>`, created on demand."""
-    path = cache_root().joinpath(*parts)
+    """`$RANKWISE_CACHE/<parts>`, created on demand; the root gets its marker on first use."""
+    root = cache_root()
+    path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
+    if not (root / ROOT_MARKER).is_file():
+        write_json_atomic(root / ROOT_MARKER, {"rankwise_cache": 1})
     return path
 
 
@@ -109,15 +116,16 @@ class CacheEntry:
 
 
 def cache_entries() -> list[CacheEntry]:
-    """Every entry under the cache root, least recently used first (files left by old versions included)."""
+    """Every entry under the cache root, least recently used first. An entry is a folder rankwise wrote: it holds a
+    rankwise manifest. Anything else there (a user's files, another tool's cache) is neither listed nor removed."""
     root = cache_root()
     entries = []
     if not root.is_dir():
         return entries
-    for ns in sorted(p for p in root.iterdir() if p.is_dir()):
+    for ns in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")):
         for p in sorted(ns.iterdir()):
-            if p.name.startswith("."):
-                continue  # a temporary of a write in progress (or of a dead one: swept on the next write)
+            if p.name.startswith(".") or p.is_symlink() or not (p / MANIFEST_NAME).is_file():
+                continue  # a temporary of a write in progress (swept on the next write), or not rankwise's
             entries.append(CacheEntry(ns.name, p.name, p, _size(p), _last_used(p), _is_derived(p)))
     return sorted(entries, key=lambda e: e.last_used)
 
@@ -147,6 +155,11 @@ def clear_cache(namespace: str | None = None) -> list[CacheEntry]:
     """Remove every entry (or those of `namespace`); returns what was removed."""
     if namespace is not None and (not namespace or "/" in namespace or namespace.startswith(".")):
         raise InvalidInputError(f"not a cache namespace: {namespace!r}")
+    root = cache_root()
+    if root.is_dir() and not (root / ROOT_MARKER).is_file():
+        raise InvalidInputError(
+            f"{root} is not a rankwise cache (it has no {ROOT_MARKER} marker): nothing was deleted. Check "
+            f"${CACHE_ENV}; a cache rankwise made gets its marker the first time it writes there")
     removed = [e for e in cache_entries() if namespace is None or e.namespace == namespace]
     for e in removed:
         _remove(e.path)

@@ -13,13 +13,14 @@ from typing import Any
 
 import torch
 
-from rankwise.core.cache import cache_dir, cache_key
+from rankwise.core.cache import cache_key, cached_entry, store_entry
 from rankwise.core.io import read_json, write_json_atomic
 from rankwise.core.progress import say
 from rankwise.errors import CorruptFileError
 
 NLL_CLIP = (0.0, 15.0)
 CACHE_VERSION = 1
+NAMESPACE = "martingale-posterior-uq"
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,10 @@ def lm_scores(model: Any, tokenizer: Any, texts: list[str], *, model_tag: str, c
     new_tokens + 1 tokens (cut to that; shorter texts are skipped). Computed on first use, then read from the cache."""
     key = cache_key(v=CACHE_VERSION, model=model_tag, count=count, real_count=real_count, new_tokens=new_tokens,
                     top_p=top_p, prompt=prompt, seed=seed, texts=cache_key(texts=texts))
-    path = cache_dir("martingale-posterior-uq") / f"lm-scores-{key}.json"
-    if path.is_file():
+    name = f"lm-scores-{key}.json"
+    entry = cached_entry(NAMESPACE, key)  # a manifest-checked cache entry (a corrupted one is discarded)
+    if entry is not None:
+        path = entry / name
         try:
             d = read_json(path)
             if len(d["generated"]) == count and d["key"] == key:
@@ -98,6 +101,6 @@ def lm_scores(model: Any, tokenizer: Any, texts: list[str], *, model_tag: str, c
     generated, c1 = _clip(gen_nll)
     real, c2 = _clip(real_nll)
     texts_out = tokenizer.batch_decode(gen_ids, skip_special_tokens=True)
-    write_json_atomic(path, {"key": key, "generated": generated, "real": real, "generated_texts": texts_out,
-                             "clipped": c1 + c2})
-    return LMScores(generated, real, texts_out, c1 + c2, path)
+    record = {"key": key, "generated": generated, "real": real, "generated_texts": texts_out, "clipped": c1 + c2}
+    folder = store_entry(NAMESPACE, key, lambda tmp: write_json_atomic(tmp / name, record))
+    return LMScores(generated, real, texts_out, c1 + c2, folder / name)
