@@ -261,3 +261,28 @@ def test_overwrite_never_deletes_the_commands_own_input(tmp_path, capsys, comman
     assert main(["--quiet", *command, "--model", str(model), "--out", str(tmp_path / "out"), "--overwrite"]) == 2
     assert "holds the input" in capsys.readouterr().err
     assert (model / "config.json").is_file()
+
+
+def test_an_overflowing_option_is_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    import rankwise.models
+    from rankwise.cli import main
+
+    monkeypatch.setattr(rankwise.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    argv = ["--quiet", "finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "lora", "--rank", "2",
+            "--option", "lora_alpha=1e999", "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert "lora_alpha=1e999: the number overflows or is not finite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, context", [
+    (["eval", "ppl", "--model", "smollm2-135m", "--seq-len", "100000"], 8192),
+    (["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "lora", "--rank", "2", "--seq-len", "4096"], 512),
+])
+def test_a_sequence_beyond_the_models_context_is_refused_before_any_work(tmp_path, capsys, monkeypatch, argv, context):
+    import rankwise.models
+    from rankwise.cli import main
+
+    monkeypatch.setattr(rankwise.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = ["--out", str(tmp_path / "o")] if argv[0] == "finetune" else []
+    assert main(["--quiet", *argv, *out]) == 2
+    assert f"context of {context} tokens" in capsys.readouterr().err

@@ -39,9 +39,12 @@ def run_ppl(args: argparse.Namespace) -> int:
         base = args.base or info.base
         if base is None:
             raise InvalidInputError(f"--model {args.model}: {info.summary}; name its base model with --base")
-        require_model(base, "eval ppl (the adapter's base)", ACCEPTS - {folders.ADAPTER}, causal=True)
+        folders.check_sequence_length(require_model(base, "eval ppl (the adapter's base)", ACCEPTS - {folders.ADAPTER},
+                                                    causal=True), args.seq_len)
     elif args.base is not None:
         raise InvalidInputError(f"--base is for adapter folders; {args.model} is a {info.kind} ({info.summary})")
+    else:
+        folders.check_sequence_length(info, args.seq_len)
 
     from rankwise.data import token_windows
     from rankwise.eval import perplexity

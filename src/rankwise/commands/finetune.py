@@ -97,6 +97,8 @@ def check_arguments(args: argparse.Namespace) -> dict:
         )
     entry = task_entries()[args.task]
     info = require_model(args.model, "finetune", ACCEPTS, causal=entry.causal)
+    if entry.inputs == "text":
+        folders.check_sequence_length(info, args.seq_len)
     if folders.model_inputs(info) != entry.inputs:
         raise InvalidInputError(f"--task {args.task} reads {entry.inputs} and --model {args.model} reads "
                                 f"{folders.model_inputs(info)}: pick a task for that model (`rankwise finetune --help`)")

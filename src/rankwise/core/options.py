@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -41,7 +42,21 @@ def parse_key_values(items: Sequence[str], flag: str = "--option") -> dict[str, 
             options[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             options[key] = value  # a plain string such as init=pissa
+        if not _finite(options[key]):  # 1e999 reads as inf: refused here, not as a NaN loss at step 1
+            raise InvalidInputError(f"{flag} {key}={value}: the number overflows or is not finite; give a finite value")
     return options
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, complex):
+        return math.isfinite(value.real) and math.isfinite(value.imag)
+    if isinstance(value, (list, tuple, set)):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
 
 
 def _accepted(annotation: Any) -> tuple[tuple[type, ...], tuple[Any, ...] | None] | None:

@@ -24,13 +24,15 @@ class EmbeddedModel:
     smoke_shape: dict[str, Any] = field(default_factory=dict)  # the stand-in's default shape
     inputs: str = "text"  # what it reads: "text" (token ids; it comes with a tokenizer) or "images" [B, C, H, W]
     image_size: int | None = None  # the side its images must have (inputs "images")
+    context: int | None = None  # the longest token sequence it takes (its position embeddings), for text models
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {m.name: m for m in (
     EmbeddedModel("smollm2-135m", "causal language model (SmolLM2-135M-Instruct, Llama architecture)", True, "llama",
-                  "rankwise.models.smollm2:load_smollm2", "rankwise.models.tiny:smollm2_stand_in", {"num_layers": 2}),
+                  "rankwise.models.smollm2:load_smollm2", "rankwise.models.tiny:smollm2_stand_in", {"num_layers": 2},
+                  context=8192),
     EmbeddedModel("minilm-l6", "sentence encoder (all-MiniLM-L6-v2, BERT architecture)", False, "bert",
-                  "rankwise.models.minilm:load_minilm", "rankwise.models.tiny:minilm_stand_in"),
+                  "rankwise.models.minilm:load_minilm", "rankwise.models.tiny:minilm_stand_in", context=512),
     # No pretrained vision weights exist offline: these are pretrained here once (rankwise.models.vision) and cached.
     EmbeddedModel("tiny-vit-fmnist-0to4", "vision transformer (28x28, 16 patches, width 64) pretrained here on "
                   "Fashion-MNIST classes 0-4", False, "tiny-vit", "rankwise.models.vision:load_tiny_vit_fmnist",

@@ -141,6 +141,28 @@ def model_inputs(info: FolderInfo) -> str:
     return "text"
 
 
+def context_length(info: FolderInfo) -> int | None:
+    """The longest token sequence a text model takes: its record's, or config.json's max_position_embeddings (an
+    adapter: its recorded base's); None when unknown."""
+    if info.kind == EMBEDDED:
+        return EMBEDDED_MODELS[info.name].context
+    if info.kind == ADAPTER:
+        return context_length(identify(info.base)) if info.base else None
+    if info.path is not None and (info.path / "config.json").is_file():
+        config = _read_json(info.path / "config.json")
+        value = config.get("max_position_embeddings") if isinstance(config, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return None
+
+
+def check_sequence_length(info: FolderInfo, seq_len: int, flag: str = "--seq-len") -> None:
+    """Refuse a sequence longer than the model's context, before any work (it would run for minutes, then fail or
+    extrapolate positions the model never saw)."""
+    context = context_length(info)
+    if context is not None and seq_len > context:
+        raise InvalidInputError(f"{flag} {seq_len} exceeds {info.name}'s context of {context} tokens: use at most {context}")
+
+
 def identify(name_or_path: str | Path) -> FolderInfo:
     """The kind of an embedded model name or a folder, from its files' JSON. Raises for a missing or broken one."""
     key = str(name_or_path)
