@@ -158,6 +158,7 @@ def test_search_keeps_a_segmented_front_and_deploys_within_budget():
 @pytest.mark.parametrize("options, match", [
     ({"bogus": 1}, "no option"), ({"search": "grid"}, "search must be"), ({"search": "fixed"}, "fixed="),
     ({"bits": (2, 5)}, "bits"), ({"search_every": 0}, "search_every"), ({"budgets": (3, 2, 0.1)}, "budgets"),
+    ({"budgets": (2.5, 7.3, 1e-6)}, "4,800,001 points; at most 1,000"), ({"bins": (2.25, 6.5, 1e-9)}, "at most 1,000"),
     ({"blocks": (128,)}, "not in the adapter's choices"),
 ])
 def test_bad_procedure_options_are_refused_up_front(options, match):

@@ -25,6 +25,7 @@ Not resumable: the archive and the GP search live in the procedure, not in the c
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -43,6 +44,7 @@ from rankwise.recipes.coa_lora.search import ConfigurationSearch, ilp_pool, stre
 from rankwise.recipes.coa_lora.space import Configuration
 
 MODES = ("pareto", "frozen", "random", "fixed")
+MAX_GRID_POINTS = 1_000  # budgets / bins: the paper's grids have ~100 (2.5..7.3 by 0.05)
 _KNOB_OPTIONS = ("bits", "scale_bits", "scale_dtypes", "blocks", "scale_blocks")
 Knob = int | str | tuple[Any, ...]  # one value or a list of values of one quantization knob
 
@@ -116,6 +118,10 @@ def _checked(o: dict[str, Any]) -> dict[str, Any]:
         if not (isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
                 and v[0] < v[1] and v[2] > 0):
             raise InvalidInputError(f"coa-lora procedure option {name} is (low, high, step) with low < high and step > 0, got {v!r}")
+        count = math.floor((v[1] - v[0]) / v[2]) + 1
+        if count > MAX_GRID_POINTS:  # each budget is an ILP solve and each bin a Pareto segment: bound them first
+            raise InvalidInputError(f"coa-lora procedure option {name}={tuple(v)} has {count:,} points; at most "
+                                    f"{MAX_GRID_POINTS:,} are allowed (a larger step)")
     return o
 
 
