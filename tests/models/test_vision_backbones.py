@@ -4,6 +4,7 @@ Fashion-MNIST recipes in a real_model test)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -135,18 +136,18 @@ def test_pretraining_refuses_too_little_data(digits28):
 
 
 @pytest.mark.real_model
-# The ViT's named recipe only (WASI's source model, ~45 s): the ResNet's measured 90.7% is in models/vision's
-# docstring, and its pretraining path is covered by the smoke recipe above (the suite must stay under 10 minutes).
-@pytest.mark.parametrize("name, floor", [("tiny-vit-fmnist-0to4", 0.85)])
-def test_named_fashion_mnist_backbones(tmp_cache, name, floor):
+@pytest.mark.parametrize("name", ["tiny-vit-fmnist-0to4", "resnet-small-fmnist"])
+def test_named_recipes_learn_real_fashion_mnist(tmp_cache, name):
+    """Each named recipe's architecture and settings on real Fashion-MNIST, shortened to 3,000 images x 2 epochs
+    (~5 s each; the full recipes measured 89.7% and 90.7% in ~1 min each, see models/vision): far above chance
+    (20% for the ViT's 5 classes, 10% for the ResNet's 10), measured 73% and 77%."""
     try:
         fashion_mnist_folder()
     except MissingPackageError as e:
         pytest.skip(f"dataset-fashion-mnist is not unpacked here ({e}); `make install` does it")
     train = load_fashion_mnist("train")
-    backbone = vision.pretrained_backbone(name, train)
-    recipe = vision.RECIPES[name]
-    # measured 89.7% (ViT, 5 classes, chance 20%) and 90.7% (ResNet, 10 classes at 14x14, chance 10%), each ~1 min
-    assert backbone.held_out_accuracy >= floor
+    recipe = dataclasses.replace(vision.RECIPES[name], name=f"{name}-short", num_train=3000, num_eval=1000, epochs=2)
+    backbone = vision.pretrained_backbone(recipe, train)
+    assert backbone.held_out_accuracy >= 0.55
     assert backbone.module.head.out_features == len(recipe.classes)
-    assert vision.pretrained_backbone(name, train).from_cache  # the second call loads it
+    assert vision.pretrained_backbone(recipe, train).from_cache  # the second call loads it
