@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rankwise.core.cache import cache_root
+from rankwise.core.threads import limit_threads
 from rankwise.data import pdes
 from rankwise.errors import InvalidInputError
 
@@ -19,10 +20,8 @@ EPS64 = torch.finfo(torch.float64).eps
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with limit_threads(1):
+        yield
 
 
 def truncation_norm(N: int, n: int) -> float:

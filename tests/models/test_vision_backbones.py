@@ -9,12 +9,19 @@ import math
 
 import pytest
 import torch
+from rounding import network_tol
 from torch.nn import functional as F
 
-from rankwise.data.vision import ImageSet, fashion_mnist_folder, load_digits_images, load_fashion_mnist, resize
+from rankwise.core.threads import limit_threads
+from rankwise.data.vision import (
+    ImageSet,
+    fashion_mnist_folder,
+    load_digits_images,
+    load_fashion_mnist,
+    resize,
+)
 from rankwise.errors import InvalidInputError, MissingPackageError, UnknownNameError
 from rankwise.models import vision
-from rounding import network_tol
 
 SMOKE_VIT = vision.BackboneRecipe("smoke-vit", "tiny-vit", {"depth": 2}, tuple(range(5)), 28, num_train=500,
                                   num_eval=300, epochs=3, batch_size=50)
@@ -24,10 +31,8 @@ SMOKE_RESNET = vision.BackboneRecipe("smoke-resnet", "resnet-small", {"blocks_pe
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with limit_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")
