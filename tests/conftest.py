@@ -42,6 +42,23 @@ def tmp_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+_SMOKE_REPORTS: dict = {}
+
+
+@pytest.fixture
+def smoke_report(tmp_cache):
+    """`smoke_report("slug:experiment")`: that experiment's smoke report at seed 0, run once per session (the
+    reproduction matrix and a method's own checks of the same run share it; the run is deterministic)."""
+    from rankwise.repro import run_reproduction
+
+    def get(target: str):
+        if target not in _SMOKE_REPORTS:
+            _SMOKE_REPORTS[target] = run_reproduction(target, size="smoke", seed=0)
+        return _SMOKE_REPORTS[target]
+
+    return get
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     from rankwise.models import load_model

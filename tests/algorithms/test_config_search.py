@@ -64,8 +64,9 @@ def test_proposals_are_new_in_bounds_and_deterministic():
     x = np.stack([rng.integers(0, c, 30) for c in cards], 1)
     bits = x[:, ::3].mean(1) + 2
     loss = 1 / bits + rng.normal(0, 0.01, 30)
-    p = propose_configurations(x, cards, bits, loss, n_starts=3, seed=7)
-    q = propose_configurations(x, cards, bits, loss, n_starts=3, seed=7)
+    # two short climbs and 16 MC samples: the invariants do not depend on the search's length (and it is ~4x faster)
+    p = propose_configurations(x, cards, bits, loss, n_starts=2, max_steps=3, seed=7, mc_samples=16)
+    q = propose_configurations(x, cards, bits, loss, n_starts=2, max_steps=3, seed=7, mc_samples=16)
     assert np.array_equal(p.candidates, q.candidates)
     assert np.all(p.candidates >= 0) and np.all(p.candidates < cards)
     archived = {tuple(r) for r in x.tolist()}

@@ -37,16 +37,47 @@ def test_every_script_is_registered_once():
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_smoke_benchmark(script, tmp_path):
+def test_smoke_benchmark(script, tmp_path, monkeypatch):
+    # In this process (each script's `main(argv)`): a subprocess per script would import torch and transformers
+    # again, ~4 s each. `test_a_script_runs_as_a_program` covers the `python benchmarks/X.py` entry once.
+    import torch
+
+    out = tmp_path / "out"
+    monkeypatch.setenv("RANKWISE_QUIET", "1")
+    monkeypatch.setenv("RANKWISE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the scripts import their helpers (common, timing, ...) by name
+    threads = torch.get_num_threads()
+    try:
+        code = _script(script).main(["--smoke", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)  # a script sets its --threads
+    assert code in (None, 0), f"{script} --smoke returned {code}"
+    _check_page(out, script)
+
+
+def test_a_script_runs_as_a_program(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RANKWISE_QUIET": "1", "RANKWISE_CACHE": str(tmp_path / "cache")}
+    script = "bench_tubal.py"  # the cheapest: no transformers model
     done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--smoke", "--out", str(out)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{script} --smoke failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    _check_page(out, script)
+
+
+def _check_page(out: Path, script: str) -> None:
     page = out / "benchmark.md"
     assert page.is_file(), f"{script} --smoke wrote no {page}"
     text = page.read_text()
     assert text.startswith("# ") and "**Smoke run**" in text and "|---" in text
+
+
+def _script(name: str):
+    """A benchmark script loaded as a module of its own name (its `if __name__ == "__main__"` block not run)."""
+    spec = importlib.util.spec_from_file_location(f"rankwise_benchmark_{Path(name).stem}", BENCHMARKS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _common():

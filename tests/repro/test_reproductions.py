@@ -11,9 +11,9 @@ EXPERIMENTS = [pytest.param(f"{m.slug}:{e.name}", marks=pytest.mark.method(m.slu
 
 
 @pytest.mark.parametrize("target", EXPERIMENTS)
-def test_smoke_reproduction(target, tmp_path, tmp_cache):
+def test_smoke_reproduction(target, tmp_path, smoke_report):
     slug, _, experiment = target.partition(":")
-    report = run_reproduction(target, size="smoke", seed=0)
+    report = smoke_report(target)
     assert isinstance(report, Report) and report.size == "smoke" and report.slug == slug
     assert report.environment["experiment"] == experiment
     assert report.claims, "a reproduction must state its claims"
@@ -25,9 +25,9 @@ def test_smoke_reproduction(target, tmp_path, tmp_cache):
     assert "not expected to hold" in (tmp_path / "report.md").read_text().lower()
 
 
-def test_same_seed_same_numbers(tmp_cache):
+def test_same_seed_same_numbers(smoke_report):
     """Determinism on one cheap reproduction (each method's own tests check its seeding in depth)."""
-    a = run_reproduction("plop", "smoke", seed=0)
+    a = smoke_report("plop:main")  # the matrix's run
     b = run_reproduction("plop", "smoke", seed=0)
     assert [c.measured for c in a.claims] == [c.measured for c in b.claims]
 

@@ -74,10 +74,8 @@ def test_heal_bad_input(teacher, tmp_path):
         heal(teacher, teacher, TRAIN, CFG)
 
 
-def test_report_smoke(tmp_path):
-    from rankwise.repro import run_reproduction
-
-    report = run_reproduction("care-mla:deploy", "smoke", seed=0)
+def test_report_smoke(tmp_path, smoke_report):
+    report = smoke_report("care-mla:deploy")  # the reproduction matrix's run, not a second one
     claims = {c.name: c for c in report.claims}
     assert set(claims) == {"cache_bytes_equal_expected", "kv_saving_50pct", "absorbed_equals_expanded", "generate_equals_no_cache",
                            "export_perplexity_gap", "healing_lowers_perplexity", "care_heals_better_than_palu",

@@ -61,7 +61,7 @@ class Settings:
 
 SIZES = BySize(
     smoke=Settings(widths=(16, 32), tpp=0.25, mixed_tpp=(0.5, 0.25), batch_size=4, seq_len=32, tau=0.2,
-                   lr_grid=(0.005, 0.01, 0.02), sweep_width=32, sweep_ref_width=16, sweep_tpp=0.25, seeds=2,
+                   lr_grid=(0.005, 0.02), sweep_width=32, sweep_ref_width=16, sweep_tpp=0.25, seeds=2,
                    extra_clean_seeds=0, eval_windows=4, window=0.05, fault_at=0.5, spike_len=0.05, stuck_len=0.1,
                    spike=3.0, early_fraction=0.3),
     full=Settings(widths=(32, 48, 64), tpp=10.0, mixed_tpp=(20.0, 5.0, 10.0), batch_size=32, seq_len=64, tau=0.2,
