@@ -16,9 +16,12 @@ unless RANKWISE_DEBUG=1 is set.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from rankwise import __version__
 from rankwise.errors import InvalidInputError, RankwiseError
@@ -75,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = build_parser().parse_args(argv)
     debug = os.environ.get("RANKWISE_DEBUG", "") not in ("", "0")
+    out = getattr(args, "out", None)
+    fresh_out = bool(out) and not os.path.lexists(out)  # a refused run must not leave a folder it created behind
     try:
         if args.quiet:
             from rankwise.core.progress import set_quiet
@@ -86,13 +91,18 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        return int(args.func(args) or 0)
+        with _output_lock(args):
+            return int(args.func(args) or 0)
     except RankwiseError as e:
+        if fresh_out:
+            _drop_bare_run_folder(out)
         if debug:
             raise
         print(f"rankwise: error: {e}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
+        if fresh_out:
+            _drop_bare_run_folder(out)
         if debug:
             raise
         print(f"\nrankwise: interrupted. {_interrupt_message(args)}", file=sys.stderr)
@@ -101,6 +111,57 @@ def main(argv: list[str] | None = None) -> int:
         # the reader went away (`rankwise list | head`): not an error of ours; silence the flush at exit as well
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as e:
+        # The last line of defence for what the user's file system refuses (a file they cannot read, a name too long)
+        # wherever no check said it first: a path and the system's words, not a traceback. Anything else is a bug.
+        if debug or not _is_path_refusal(e):
+            raise
+        if fresh_out:
+            _drop_bare_run_folder(out)
+        print(f"rankwise: error: {_path_refusal(e)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+# The errors of a path the user named or whose permissions they set: said in words by `main`.
+PATH_ERRNOS = {errno.EACCES: "check its permissions", errno.EPERM: "check its permissions",
+               errno.ENAMETOOLONG: "a name or the whole path is longer than the system allows: choose a shorter one",
+               errno.ELOOP: "it is a loop of symbolic links", errno.EROFS: "the file system is read-only: choose another place",
+               errno.ENOTDIR: "a part of the path is a file, not a folder", errno.EISDIR: "it is a folder, not a file"}
+
+
+def _is_path_refusal(e: OSError) -> bool:
+    return e.errno in PATH_ERRNOS and e.filename is not None
+
+
+def _path_refusal(e: OSError) -> str:
+    from rankwise.core.path_limits import shown
+
+    return f"{shown(str(e.filename))}: {e.strerror}; {PATH_ERRNOS[e.errno]}"
+
+
+def _drop_bare_run_folder(out: str) -> None:
+    """Remove the --out folder this command created when it holds nothing but its run marker (refused or stopped
+    before any output): a folder with only `rankwise-run.json` would otherwise look like a run to `rankwise info`."""
+    from rankwise.commands.common import RUN_MARKER
+
+    folder = Path(out)
+    try:
+        if folder.is_dir() and [p.name for p in folder.iterdir()] == [RUN_MARKER]:
+            (folder / RUN_MARKER).unlink()
+            folder.rmdir()
+    except OSError:
+        pass  # best effort: the folder stays as it is
+
+
+def _output_lock(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """The lock of the command's --out folder (one writer per folder). Under torchrun only rank 0 takes it: every
+    rank is given the same --out, and only rank 0 writes there."""
+    out = getattr(args, "out", None)
+    if not out or os.environ.get("RANK", "0") != "0":
+        return contextlib.nullcontext()
+    from rankwise.core.output_lock import output_lock
+
+    return output_lock(out)
 
 
 def _interrupt_message(args: argparse.Namespace) -> str:

@@ -130,3 +130,22 @@ def test_minilm_topics_finetune_head_loads_in_peft_with_the_same_logits(tmp_path
     a, b, random_head, ours = logits_both_ways(out / "adapter")
     assert_rounding_close(a, b, ours)
     assert (a - random_head).abs().max() > 1e-2  # the classifier was restored, not left at a fresh init
+
+
+# -- issue 32, item 14: a hand-edited PEFT config is named, not a KeyError -----------------------------------------
+@pytest.mark.parametrize("edit, says", [
+    (lambda cfg: cfg.pop("r"), "lacks its field 'r'"),
+    (lambda cfg: cfg.update(r="two"), "field 'r' must be an integer"),
+    (lambda cfg: cfg.update(lora_alpha=[16]), "field 'lora_alpha' must be a number"),
+    (lambda cfg: cfg.update(modules_to_save="head"), "field 'modules_to_save' must be a list"),
+])
+def test_a_hand_edited_peft_config_is_refused_naming_the_field(tmp_path, edit, says):
+    from rankwise.errors import CorruptFileError
+
+    base, folder = _saved(tmp_path)
+    (folder / MANIFEST_NAME).unlink()  # so the PEFT files are what is read (the source of truth)
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    edit(cfg)
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CorruptFileError, match=says):
+        load_adapter(copy.deepcopy(base), folder)

@@ -233,9 +233,18 @@ def test_out_holding_user_files_is_refused_up_front_unless_overwrite(tmp_path, c
     assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_repro_out_never_overwrites_a_users_report(tmp_path, capsys, tmp_cache):
+def test_repro_out_never_overwrites_a_users_report(tmp_path, capsys, tmp_cache, monkeypatch):
     """`repro --out DIR`: DIR is new, empty or an earlier `repro --out` run; a user's own report.md is kept."""
     from rankwise.cli import main
+    from rankwise.core.report import Report
+
+    # what is written and where is the command's business, not the experiment's: a one-claim stand-in run
+    def quick_run(size, seed):
+        report = Report("plop", "stand-in", size, seed)
+        report.claim("c", "a stand-in claim", 1.0, ">=", 0.0, kind="sanity")
+        return report.finish()
+
+    monkeypatch.setattr("rankwise.repro.plop.main.run", quick_run)
 
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -286,3 +295,163 @@ def test_a_sequence_beyond_the_models_context_is_refused_before_any_work(tmp_pat
     out = ["--out", str(tmp_path / "o")] if argv[0] == "finetune" else []
     assert main(["--quiet", *argv, *out]) == 2
     assert f"context of {context} tokens" in capsys.readouterr().err
+
+
+# -- issue 32, item 13: refused before the model loads, in words that name the flag ---------------------------------
+LA_LORA = [*FINETUNE, "--procedure", "la-lora"]
+
+
+@pytest.mark.method("la-lora")
+@pytest.mark.parametrize("option, says", [
+    ("start_with=C", "start_with must be 'A' or 'B'"),
+    ("local_steps=0", "local_steps must be a positive integer"),
+    ("rounds=0", "rounds must be a positive integer"),
+    ("clip=0", "clipping norm clip must be positive"),
+    ("clients_per_round=9", "clients_per_round must be between 1 and the 4 clients"),
+    ("delta=2", "delta must lie in (0, 1)"),
+    ("epsilon=-1", "epsilon must be a positive"),
+])
+def test_la_lora_job_settings_are_refused_before_the_model_loads(option, says, tmp_path, capsys, no_work):
+    """Each was refused only by the federated engine, after the model, the task and the adapter were built."""
+    err = _error(capsys, [*LA_LORA, "--procedure-option", option, "--out", str(tmp_path / "o")])
+    assert says in err and "--procedure la-lora" in err
+
+
+@pytest.mark.method("la-lora")
+def test_la_lora_on_a_language_modelling_task_is_refused_before_the_model_loads(tmp_path, capsys, no_work):
+    argv = ["finetune", "--model", "smollm2-135m", "--task", "wiki-lm", "--method", "lora", "--rank", "2",
+            "--procedure", "la-lora", "--out", str(tmp_path / "o")]
+    assert "text-classification task (e.g. --task wiki-topics)" in _error(capsys, argv)
+    with pytest.raises(Worked):  # a valid job passes its checks
+        main([*LA_LORA, "--procedure-option", "clients_per_round=2", "--out", str(tmp_path / "ok")])
+
+
+@pytest.mark.method("coa-lora")
+def test_coa_lora_with_the_default_checkpoints_is_refused_up_front_naming_the_flag(tmp_path, capsys, no_work):
+    argv = ["finetune", "--model", "smollm2-135m", "--task", "wiki-lm", "--method", "coa-lora", "--rank", "2",
+            "--procedure", "coa-lora", "--out", str(tmp_path / "o")]
+    err = _error(capsys, argv)  # the default --checkpoint-every 50
+    assert "--checkpoint-every 0" in err and "checkpoint_every" not in err
+    with pytest.raises(Worked):
+        main([*argv, "--checkpoint-every", "0"])
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--method", "lora", "--rank", "2", "--optimizer-rank", "4"], "--optimizer-rank 4: --optimizer adamw keeps full-size states"),
+    (["--method", "full", "--optimizer", "lora-pre", "--optimizer-rank", "193"], "choose --optimizer-rank at most 192"),
+    (["--method", "lora", "--rank", "2", "--optimizer", "lora-pre", "--optimizer-rank", "4"], "full fine-tuning (--method full)"),
+])
+def test_optimizer_rank_misuse_is_refused_before_the_model_loads(extra, says, tmp_path, capsys, no_work):
+    """SmolLM2's smallest matrices (k_proj, v_proj: 576 x 3 KV heads x 64) allow rank 192 at most; an adapter method
+    freezes the matrices a low-rank-state optimizer factors."""
+    argv = ["finetune", "--model", "smollm2-135m", "--task", "wiki-lm", *extra, "--out", str(tmp_path / "o")]
+    assert says in _error(capsys, argv)
+
+
+def test_optimizer_rank_is_bounded_by_a_folders_config(tmp_path, capsys, no_work, tokenizer):
+    """A plain folder's sizes come from its config.json: tiny_llama's K/V projections are 64 x (2 x 16)."""
+    from rankwise.models import tiny_llama
+
+    tiny_llama(0).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    argv = ["finetune", "--model", str(tmp_path / "tiny"), "--task", "wiki-lm", "--method", "full", "--optimizer",
+            "lora-pre", "--optimizer-rank", "33", "--out", str(tmp_path / "o")]
+    assert "at most 32" in _error(capsys, argv)
+    with pytest.raises(Worked):
+        main([*argv[:-3], "32", "--out", str(tmp_path / "o")])
+
+
+@pytest.mark.method("care-mla")
+@pytest.mark.parametrize("extra, says", [
+    (["--kv-rank", "100000"], "exceeds smollm2-135m's K/V width of 192"),
+    (["--kv-rank", "193", "--deploy"], "exceeds smollm2-135m's K/V width of 192"),
+    (["--kv-rank", "48", "--deploy", "--rope-dims", "66"], "--rope-dims 66 must be an even number in [2, 64]"),
+])
+def test_convert_mla_ranks_beyond_the_models_sizes_are_refused_before_loading(extra, says, capsys, no_work):
+    """The K/V width (3 KV heads x 64) comes from the embedded model's record: no load, no calibration."""
+    assert says in _error(capsys, ["convert", "mla", "--model", "smollm2-135m", *extra])
+
+
+@pytest.mark.method("care-mla")
+def test_a_too_short_calibration_text_is_refused_before_loading(tmp_path, capsys, no_work):
+    short = tmp_path / "short.txt"
+    short.write_text("a few words", encoding="utf-8")
+    err = _error(capsys, ["convert", "mla", "--model", "smollm2-135m", "--kv-rank", "48", "--calibration-text", str(short)])
+    assert "fewer than one window of 32 tokens" in err and "--calib-seq-len" in err
+    unreadable = tmp_path / "folder.txt"
+    unreadable.mkdir()  # not a file
+    assert "no such file" in _error(capsys, ["convert", "mla", "--model", "smollm2-135m", "--kv-rank", "48",
+                                              "--calibration-text", str(unreadable)])
+    with pytest.raises(Worked):  # enough bytes for a window: counted exactly, once the tokenizer is loaded
+        short.write_text("word " * 40, encoding="utf-8")
+        main(["convert", "mla", "--model", "smollm2-135m", "--kv-rank", "48", "--calibration-text", str(short)])
+
+
+@pytest.mark.method("care-mla")
+def test_a_heal_dir_holding_a_users_files_is_refused_up_front_with_advice_that_applies(tmp_path, capsys, no_work):
+    """It failed after 49 s of work, advising --overwrite, which is about --out."""
+    base = ["convert", "mla", "--model", "smollm2-135m", "--kv-rank", "48", "--deploy", "--heal", "2"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    err = _error(capsys, [*base, "--heal-dir", str(mine)])
+    assert "notes.txt" in err and "--overwrite" not in err and "name a new or empty folder" in err
+    theirs = tmp_path / "theirs"
+    (theirs / "checkpoint").mkdir(parents=True)
+    (theirs / "checkpoint" / "state.txt").write_text("not rankwise's")
+    err = _error(capsys, [*base, "--heal-dir", str(theirs)])
+    assert "checkpoint/ is not a rankwise training checkpoint" in err and "--overwrite" not in err
+    assert "overlap" in _error(capsys, [*base, "--heal-dir", str(tmp_path / "o" / "heal"), "--out", str(tmp_path / "o")])
+    assert (mine / "notes.txt").read_text() == "mine"
+    with pytest.raises(Worked):  # a new folder passes
+        main([*base, "--heal-dir", str(tmp_path / "new")])
+
+
+def test_an_out_name_whose_temporary_exceeds_the_name_limit_is_refused_before_any_work(tmp_path, capsys, no_work):
+    """A 240-character `quantize --out` name fits NAME_MAX (255), but the atomic writer's temporary beside it
+    (`.NAME.rwPID@HOST.XXXXXXXX.tmp`) does not: that failed after the whole quantization."""
+    name = "q" * 240
+    err = _error(capsys, ["quantize", "--model", "minilm-l6", "--out", str(tmp_path / name)])
+    assert "temporary beside it" in err and "choose a name of at most" in err
+    assert "more than the 255" in _error(capsys, ["quantize", "--model", "minilm-l6", "--out", str(tmp_path / ("q" * 300))])
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(Worked):  # a finetune run folder is made with mkdir, no temporary: the same name is fine
+        main([*FINETUNE, "--out", str(tmp_path / name)])
+
+
+# -- issue 32, item 14: what the file system refuses is one line, not a traceback -----------------------------------
+def test_an_unreadable_calibration_text_is_refused_in_words(tmp_path, capsys, monkeypatch, no_work):
+    from unreadable import make_unreadable
+
+    text = tmp_path / "mine.txt"
+    text.write_text("word " * 100, encoding="utf-8")
+    make_unreadable(text, monkeypatch)
+    err = _error(capsys, ["convert", "mla", "--model", "smollm2-135m", "--kv-rank", "48", "--calibration-text", str(text)])
+    assert "cannot be read (Permission denied)" in err
+
+
+def test_a_path_the_system_refuses_anywhere_is_one_line_naming_it(capsys, monkeypatch):
+    """The last line of defence in the CLI: an OSError about a path (permissions, a name too long) that no check
+    caught first is said in words; an OSError that names no path is a bug and still raises."""
+    import errno
+
+    import rankwise.commands.info as info
+
+    def refused(args):
+        raise PermissionError(errno.EACCES, "Permission denied", "/data/model/tokenizer.json")
+
+    monkeypatch.setattr(info, "run", refused)
+    assert "/data/model/tokenizer.json: Permission denied; check its permissions" in _error(capsys, ["info", "x"])
+
+    def too_long(args):
+        raise OSError(errno.ENAMETOOLONG, "File name too long", "/tmp/" + "x" * 300)
+
+    monkeypatch.setattr(info, "run", too_long)
+    assert "(305 characters): File name too long; a name or the whole path" in _error(capsys, ["info", "x"])
+
+    def bug(args):
+        raise OSError("no path")
+
+    monkeypatch.setattr(info, "run", bug)
+    with pytest.raises(OSError, match="no path"):
+        main(["info", "x"])

@@ -59,3 +59,13 @@ def test_good_options_pass_the_up_front_check_and_reach_the_model_load(no_model_
     with pytest.raises(AssertionError, match="the model was loaded"):
         main([*ARGS, "--procedure", "peso", "--procedure-option", f"previous={tmp_path}", "--procedure-option", "lam=2",
               "--out", str(tmp_path / "run")])
+
+
+def test_list_procedures_shows_each_option_and_the_not_private_label(capsys):
+    from rankwise.cli import main
+
+    assert main(["list", "--procedures"]) == 0
+    out = capsys.readouterr().out
+    assert "la-lora  (trains adapter)" in out and "previous: str | int (required)" in out
+    line = next(x for x in out.splitlines() if "deterministic_noise" in x)
+    assert "= False" in line and "NOT PRIVATE" in line

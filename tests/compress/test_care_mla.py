@@ -1,7 +1,9 @@
 """CARE GQA -> MLA conversion on tiny Llama models: full-rank exactness, KV parity, save/reload, bad input."""
 
+import contextlib
 import copy
 import json
+import logging
 
 import pytest
 import torch
@@ -103,14 +105,38 @@ def test_kv_parity_replication_gives_identical_attention(model, probe):
     assert torch.allclose(logits(mha, probe), reference, rtol=0, atol=logits_tol(model, reference))
 
 
+@contextlib.contextmanager
+def transformers_warnings():
+    """The messages transformers logs inside the block (its logger does not propagate to pytest's caplog)."""
+    from transformers.utils import logging as hf_logging
+
+    heard: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            heard.append(record.getMessage())
+
+    handler, logger = Keep(), hf_logging.get_logger("transformers")
+    logger.addHandler(handler)
+    try:
+        yield heard
+    finally:
+        logger.removeHandler(handler)
+
+
 def test_save_and_reload_round_trips_the_logits_exactly(model, calibration, probe, tmp_path, tokenizer):
     converted = convert_to_mla(model, 8, "care", "adjusted", calibration, score="code", use_cache=False)
     folder = save_mla(converted, tmp_path / "mla", tokenizer)
     config = json.loads((folder / "config.json").read_text())
     assert config["rankwise_format"] == "mla-oneshot" and config["rankwise_mla"]["k_ranks"] == mla_info(converted)["k_ranks"]
-    reloaded, tok = load_model(folder)
+    with transformers_warnings() as heard:
+        reloaded, tok = load_model(folder)
+    assert not [m for m in heard if "model of type" in m], heard  # no model_type warning on our own load
     assert torch.equal(logits(reloaded, probe), logits(converted, probe))
     assert tok is not None and len(tok) == len(tokenizer)
+    # a stock class called directly finds no weights it knows (k_proj/v_proj would be random): it refuses
+    with pytest.raises(OSError, match="no file named"):
+        LlamaForCausalLM.from_pretrained(folder)
     weights = next(folder.glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:-100])
     with pytest.raises(CorruptFileError):

@@ -111,3 +111,19 @@ def test_cache_list_and_clear_commands(tmp_cache, capsys):
     assert list((tmp_cache / "calibration").iterdir()) == [] and (tmp_cache / "models" / "old.bin").is_file()
     assert main(["cache", "clear"]) == 0
     assert (tmp_cache / "models" / "old.bin").is_file()  # issue 32: clear removes only what rankwise wrote
+
+
+def test_an_unreadable_entry_is_rebuilt_not_a_crash(tmp_cache, monkeypatch):
+    """Issue 32, item 14: a file of an entry that cannot be read (permissions) raised PermissionError out of the
+    lookup; like a corrupted entry, it is discarded and the caller recomputes it."""
+    from unreadable import make_unreadable
+
+    model = tiny_llama(seed=4)
+    first = collect_second_moments(model, NAMES, _batches())
+    [data] = _data_files(tmp_cache)
+    make_unreadable(data, monkeypatch)
+    with pytest.warns(UserWarning, match="corrupted cache entry.*cannot be read"):
+        again = collect_second_moments(model, NAMES, _batches())
+    for name in NAMES:
+        assert torch.equal(again[name].sum_xxT, first[name].sum_xxT)
+    assert len(_data_files(tmp_cache)) == 1  # stored again, in place of the unreadable one

@@ -257,3 +257,28 @@ def test_smollm2_cache_has_a_manifest_and_a_corrupt_cache_is_rebuilt(tmp_cache, 
     again, _ = smollm2.load_smollm2()  # detected and rebuilt, not used
     verify_manifest(folder)
     assert len(builds) == 4 and torch.equal(again.model.embed_tokens.weight, model.model.embed_tokens.weight)
+
+
+# -- issue 32, item 14: an unreadable file is a CorruptFileError that says so, not a raw PermissionError --------------
+def test_unreadable_files_are_named_not_a_traceback(tmp_path, monkeypatch):
+    from unreadable import make_unreadable
+
+    write_json_atomic(tmp_path / "a.json", {"x": 1})
+    write_json_atomic(tmp_path / "folder" / "b.json", {"y": 2})
+    write_manifest(tmp_path / "folder")
+    make_unreadable(tmp_path / "a.json", monkeypatch)
+    make_unreadable(tmp_path / "folder" / "b.json", monkeypatch)
+    from rankwise.core.io import read_json
+
+    with pytest.raises(CorruptFileError, match="a.json cannot be read .*Permission denied"):
+        read_json(tmp_path / "a.json")
+    with pytest.raises(CorruptFileError, match="b.json cannot be read .*Permission denied"):
+        verify_manifest(tmp_path / "folder")
+
+
+def test_a_crafted_manifest_entry_is_named(tmp_path):
+    folder = tmp_path / "f"
+    write_json_atomic(folder / "a.json", {"x": 1})
+    (folder / MANIFEST_NAME).write_text(json.dumps({"files": {"a.json": "not an entry"}}))
+    with pytest.raises(CorruptFileError, match="without its size and SHA-256"):
+        verify_manifest(folder)

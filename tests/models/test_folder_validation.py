@@ -177,3 +177,83 @@ def test_eval_ppl_of_an_adapter_runs_on_its_base(kinds, capsys):
     base = capsys.readouterr().out
     assert "adapter on" in adapted and "perplexity" in adapted
     assert adapted.split("perplexity")[1] != base.split("perplexity")[1]  # the adapter (B != 0) changes the model
+
+
+# -- issue 32, item 14: damaged and hand-edited folders are named in words, never a traceback -----------------------
+def _info_error(capsys, path) -> str:
+    assert main(["info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rankwise: error:") and "Traceback" not in err
+    return err
+
+
+def test_a_truncated_safetensors_in_a_plain_folder_is_damaged_not_loadable(kinds, tmp_path, capsys):
+    """`info` called it loadable and `load_model` raised a raw SafetensorError: the header says how long it must be."""
+    import shutil
+
+    for name, cut in (("truncated", lambda b: b[: len(b) // 2]), ("padded", lambda b: b + b"\0" * 16),
+                      ("garbled", lambda b: b"\xff" * 64)):
+        folder = tmp_path / name
+        shutil.copytree(kinds["model"], folder)
+        weights = folder / "model.safetensors"
+        weights.write_bytes(cut(weights.read_bytes()))
+        err = _info_error(capsys, folder)
+        assert f"{weights} is damaged" in err, err
+        with pytest.raises(CorruptFileError, match="is damaged"):
+            load_model(folder)
+    assert "truncated" in _info_error(capsys, tmp_path / "truncated")
+    assert main(["info", str(kinds["model"])]) == 0  # an intact one still passes
+
+
+def _edit_json(path, edit):
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(edit(data)))
+
+
+@pytest.mark.parametrize("kind, file, edit, says", [
+    ("model", "config.json", lambda d: {**d, "architectures": 5}, "field 'architectures' must be a list"),
+    ("quantized", "quantization.json", lambda d: {**d, "recipe": "fp4"}, "field 'recipe' must be a JSON object"),
+    ("quantized", "quantization.json", lambda d: {**d, "layers": 5}, "field 'layers' must be a JSON object"),
+    ("quantized", "quantization.json", lambda d: [d], "holds a list, not a JSON object"),
+    ("adapter", "rankwise_adapter.json", lambda d: {**d, "config": "lora"}, "field 'config' must be a JSON object"),
+    ("adapter", "rankwise_adapter.json", lambda d: {**d, "modules": 5}, "field 'modules' must be a list"),
+    ("adapter", "adapter_config.json", lambda d: {**d, "r": "two"}, "field 'r' must be an integer"),
+    ("checkpoint", "trainer.json", lambda d: [d], "holds a list, not a JSON object"),
+    ("checkpoint", "trainer.json", lambda d: {**d, "step": "seven"}, "field 'step' must be an integer"),
+])
+def test_info_names_a_wrong_typed_field_of_a_hand_edited_file(kinds, tmp_path, capsys, kind, file, edit, says):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(kinds[kind], folder)
+    _edit_json(folder / file, edit)
+    err = _info_error(capsys, folder)
+    assert says in err and file in err, err
+
+
+def test_a_crafted_quantization_json_is_refused_by_the_loader_naming_the_file(kinds, tmp_path):
+    """With the manifest rewritten to match (a crafted folder, not a damaged one): a layer the model lacks, a shape
+    that is not [out, in], a block size that is not an integer."""
+    import shutil
+
+    from rankwise.core.io import read_json, write_manifest
+
+    for edit, says in ((lambda d: {**d, "layers": {"nope.layer": [4, 4]}}, "lists a layer 'nope.layer'"),
+                       (lambda d: {**d, "layers": {k: "x" for k in d["layers"]}}, r"not \[out, in\]"),
+                       (lambda d: {**d, "recipe": {**d["recipe"], "block_size": "big"}}, "block_size must be an integer")):
+        folder = tmp_path / "q"
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(kinds["quantized"], folder)
+        _edit_json(folder / "quantization.json", edit)
+        manifest = read_json(folder / "rankwise-manifest.json")
+        write_manifest(folder, {k: v for k, v in manifest.items() if k != "files"})
+        with pytest.raises(CorruptFileError, match=says):
+            load_model(folder)
+
+
+def test_names_beyond_the_systems_limits_are_refused_in_words(tmp_path, capsys):
+    """`Path.exists()` itself raises OSError(ENAMETOOLONG) on such a name: it was a traceback."""
+    assert "more than the 255" in _info_error(capsys, tmp_path / ("x" * 300))
+    assert "for a path" in _info_error(capsys, tmp_path / "/".join(["d" * 200] * 25))
+    assert main(["eval", "ppl", "--model", str(tmp_path / ("x" * 300))]) == 2
+    assert "nothing of that name can exist" in capsys.readouterr().err

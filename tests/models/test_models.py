@@ -79,3 +79,15 @@ def test_minilm_embeddings_are_normalised():
     # float32: the worst-case rounding of a 384-term sum of squares (and of the division before it) is ~384 eps / 2
     assert torch.allclose(emb.norm(dim=-1), torch.ones(3), rtol=0, atol=emb.size(-1) * torch.finfo(torch.float32).eps)
     assert emb[0] @ emb[1] > emb[0] @ emb[2]
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["smollm2-135m", "minilm-l6"])
+def test_the_embedded_records_sizes_are_the_loaded_models(name):
+    """Issue 32, item 13: `--kv-rank`, `--optimizer-rank` and layer indices are bounded by the record's sizes before
+    the model loads; they must be the model's own."""
+    from rankwise.models.embedded import EMBEDDED_MODELS
+
+    model, _ = load_model(name)
+    dims = EMBEDDED_MODELS[name].dims
+    assert dims and {k: getattr(model.config, k) for k in dims} == dims

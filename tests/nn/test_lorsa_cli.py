@@ -37,3 +37,31 @@ def test_lorsa_top_bad_head(saved, capsys):
 def test_lorsa_top_not_a_lorsa_folder(tmp_path, capsys):
     assert main(["--quiet", "lorsa", "top", str(tmp_path), "--head", "0"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+# -- issue 32, item 14: a crafted `source` (its manifest rewritten to match) is named before the model loads ---------
+@pytest.mark.parametrize("source, says", [
+    ({"layer": "abc"}, "field 'layer' must be an integer"),
+    ({"layer": 1.5}, "field 'layer' must be an integer"),  # int(1.5) ran layer 1 and printed "layer 1.5"
+    ({"layer": 2}, r"attention layers are \[0, 2\)"),  # tiny_llama has 2 layers: an IndexError deep in the capture
+    ({"layer": -1}, r"attention layers are \[0, 2\)"),
+    ({"seq_len": "long"}, "field 'seq_len' must be an integer"),
+    ({"model": 5}, "field 'model' must be a string"),
+    ([1, 2], "field 'source' must be a JSON object"),
+])
+def test_a_crafted_source_is_refused_before_the_model_loads(saved, capsys, monkeypatch, source, says):
+    import json
+    import re
+
+    import rankwise.models
+    from rankwise.core.io import read_json, write_manifest
+
+    meta = read_json(saved / "lorsa.json")
+    meta["source"] = {**meta["source"], **source} if isinstance(source, dict) else source
+    (saved / "lorsa.json").write_text(json.dumps(meta))
+    write_manifest(saved, {k: v for k, v in read_json(saved / "rankwise-manifest.json").items() if k != "files"})
+    monkeypatch.setattr(rankwise.models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["--quiet", "lorsa", "top", str(saved), "--head", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rankwise: error:") and "Traceback" not in err
+    assert re.search(says, err), err

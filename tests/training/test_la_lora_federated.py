@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -32,7 +33,7 @@ def _data(n: int = 40, t: int = 6):
 
 
 def _config(**kw) -> FederatedConfig:
-    local = LocalDPConfig(arm="la-lora", local_steps=2, batch_size=4, lr=0.2)
+    local = LocalDPConfig(arm="la-lora", local_steps=2, batch_size=4, lr=0.2, deterministic_noise=True)  # reruns compared
     return FederatedConfig(**{"rounds": 1, "local": local, "epsilon": 8.0, "delta": 1e-3, **kw})
 
 
@@ -117,7 +118,7 @@ def test_finetune_la_lora_writes_a_peft_folder_with_the_same_outputs(tmp_path):
                  "--procedure-option", "clients=3", "--procedure-option", "rounds=2", "--procedure-option", "local_steps=2",
                  "--procedure-option", "epsilon=8", "--batch-size", "4", "--lr", "0.5", "--seq-len", "16",
                  "--train-examples", "60", "--eval-examples", "16", "--checkpoint-every", "0", "--out", str(out)]) == 0
-    assert (out / "privacy.json").is_file()
+    assert json.loads((out / "privacy.json").read_text())["noise_source"] == "OS entropy, not recorded"  # the default
     a, b, head_only, ours = logits_both_ways(out / "adapter")
     assert_rounding_close(a, b, ours)
     assert (a - head_only).abs().max() > 1e-3
@@ -138,7 +139,8 @@ def test_finetune_la_lora_processes_engine_equals_in_process(tmp_path):
                      "--targets", "query,value", "--top-k-layers", "1", "--procedure", "la-lora",
                      "--procedure-option", "clients=2", "--procedure-option", "rounds=1",
                      "--procedure-option", "local_steps=1", "--procedure-option", "epsilon=8",
-                     "--procedure-option", f"engine={engine}", "--batch-size", "4", "--lr", "0.5", "--seq-len", "16",
+                     "--procedure-option", f"engine={engine}", "--procedure-option", "deterministic_noise=True",
+                     "--batch-size", "4", "--lr", "0.5", "--seq-len", "16",
                      "--train-examples", "24", "--eval-examples", "8", "--checkpoint-every", "0", "--out", str(out)]) == 0
         return load_file(out / "adapter" / "adapter_model.safetensors")
 

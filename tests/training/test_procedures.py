@@ -81,3 +81,15 @@ def test_a_non_resumable_procedure_refuses_checkpoints_before_any_step(tmp_path)
 def test_an_unknown_procedure_names_the_known_ones():
     with pytest.raises(UnknownNameError, match="known"):
         build_procedure("no-such-procedure", torch.nn.Linear(2, 2), None, 0)
+
+
+def test_every_registered_builder_names_its_procedure_class():
+    """Issue 32, item 13: finetune reads `runs_on` and `resumable` from the builder's return annotation before any
+    model is loaded (a coa-lora run with checkpoints, a bad la-lora job); a builder without it would be checked late."""
+    from rankwise.registry.tables import procedure_entries
+    from rankwise.training.procedures import procedure_class
+
+    for name in procedure_entries():
+        cls = procedure_class(name)
+        assert cls is not None and issubclass(cls, Procedure) and cls is not Procedure, name
+    assert procedure_class("coa-lora").resumable is False and procedure_class("la-lora").runs_on == "federated"

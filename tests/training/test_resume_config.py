@@ -73,3 +73,53 @@ def test_finetune_passes_its_whole_configuration(tmp_path, monkeypatch):
         main(args)
     assert {"model": "minilm-l6", "method": "lora", "rank": 2, "option lora_alpha": 64, "train_examples": 8,
             "eval_examples": 4, "seq_len": 8}.items() <= seen.items()
+
+
+# -- issue 32, item 14: a crafted checkpoint (its manifest rewritten to match) is refused in words -------------------
+def _crafted(tmp_path, edit_meta=None, edit_tensors=None):
+    """A real checkpoint at step 2 of 4, its trainer.json or state.safetensors edited and its manifest rewritten, so
+    that only the values themselves can tell."""
+    from rankwise.core.io import load_tensors, read_json, save_tensors_atomic, write_manifest
+
+    train(_model(), _task(), CONFIG, out_dir=tmp_path, stop_after=2)
+    folder = tmp_path / "checkpoint"
+    if edit_meta is not None:
+        (folder / "trainer.json").write_text(json.dumps(edit_meta(read_json(folder / "trainer.json"))))
+    if edit_tensors is not None:
+        tensors = edit_tensors(dict(load_tensors(folder / "state.safetensors")))
+        save_tensors_atomic(folder / "state.safetensors", tensors)
+    write_manifest(folder, {k: v for k, v in read_json(folder / "rankwise-manifest.json").items() if k != "files"})
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda m: {**m, "step": "two"}, "field 'step' must be an integer"),
+    (lambda m: {**m, "step": 1.5}, "field 'step' must be an integer"),  # int(1.5) resumed silently at step 1
+    (lambda m: {**m, "step": -3}, "outside the run's 0..4 steps"),
+    (lambda m: {**m, "step": 1000}, "outside the run's 0..4 steps"),  # "resumed" past the end: nothing trained
+    (lambda m: {**m, "history": [1, 2]}, "'history' must be a list of JSON objects"),
+    (lambda m: {**m, "run": [1]}, "field 'run' must be a JSON object"),
+])
+def test_a_crafted_trainer_json_is_refused_naming_the_field(tmp_path, edit, says):
+    from rankwise.errors import CorruptFileError
+
+    _crafted(tmp_path, edit_meta=edit)
+    with pytest.raises(CorruptFileError, match=says):
+        train(_model(), _task(), CONFIG, out_dir=tmp_path)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda t: {**t, "rng/torch": t["rng/torch"].float()}, "no valid RNG state"),
+    (lambda t: {**t, "rng/torch": t["rng/torch"][:10]}, "no valid RNG state"),
+    (lambda t: {k: v for k, v in t.items() if k != "rng/torch"}, r"rng/torch: missing"),
+    (lambda t: {k: v[:1] if k.endswith("/exp_avg") else v for k, v in t.items()}, "optimizer state exp_avg"),
+])
+def test_a_crafted_rng_or_optimizer_state_is_refused_before_the_model_is_touched(tmp_path, edit, says):
+    from rankwise.errors import CorruptFileError
+
+    _crafted(tmp_path, edit_tensors=edit)
+    model = _model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with pytest.raises(CorruptFileError, match=says):
+        train(model, _task(), CONFIG, out_dir=tmp_path)
+    if "RNG" in says or "rng" in says:  # refused before any parameter was overwritten
+        assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())

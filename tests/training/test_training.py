@@ -121,12 +121,17 @@ def test_resume_from_checkpoint_is_exact(tmp_path):
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     config = TrainConfig(steps=8, batch_size=4, checkpoint_every=2)
-    with pytest.raises(NumericalError, match=r"loss became nan at step 5.*last good checkpoint is kept in"):
+    # the advice must work: resuming would repeat the same steps (and a changed --lr is refused), so start afresh
+    with pytest.raises(NumericalError, match=r"loss became nan at step 5.*last good checkpoint is kept in.*start afresh"):
         train(_adapted_lm(), FailingTask(_lm_task(), at=5, nan=True), config, out_dir=tmp_path)
     meta = json.loads((tmp_path / "checkpoint" / "trainer.json").read_text())
     assert meta["step"] == 4 and all(math.isfinite(h["loss"]) for h in meta["history"])
     with pytest.raises(NumericalError, match="no checkpoint was written yet"):
+        train(_adapted_lm(), FailingTask(_lm_task(), at=2, nan=True), config)
+    # at step 1 nothing has been updated yet: the rate cannot be the cause, and the message does not suggest it
+    with pytest.raises(NumericalError, match="before any update, so the learning rate is not the cause") as refused:
         train(_adapted_lm(), FailingTask(_lm_task(), at=1, nan=True), config)
+    assert "lower learning rate" not in str(refused.value)
 
 
 def test_gradient_accumulation_equals_larger_batch():

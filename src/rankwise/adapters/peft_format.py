@@ -20,6 +20,7 @@ the writer takes any object with the `AdaptedModel` methods it uses.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections import Counter
@@ -47,6 +48,7 @@ from rankwise.core.io import (
     write_json_atomic,
     write_versioned_config,
 )
+from rankwise.core.json_fields import json_field, json_list_of
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 PEFT_CONFIG = "adapter_config.json"
@@ -103,13 +105,15 @@ def save_adapter(
     modules_to_save: Mapping[str, nn.Module] | None = None,
     prefix: str = "",
     overwrite: bool = False,
+    base_sha256: str | None = None,
 ) -> Path:
     """Write adapter `adapter_name` of `model` to `folder` (replaced atomically). Returns the folder.
 
     `modules_to_save` maps names to whole modules saved beside the adapter the PEFT way (PEFT's `modules_to_save`,
     e.g. `{"head": classifier.head}`), and `prefix` is where the adapted model sits inside the module PEFT will wrap
     (`"model."` for `SequenceClassifier(base)`): then `PeftModel.from_pretrained(SequenceClassifier(base, n), folder)`
-    and `load_adapter(SequenceClassifier(base, n), folder)` rebuild the adapter and the head.
+    and `load_adapter(SequenceClassifier(base, n), folder)` rebuild the adapter and the head. `base_sha256` (the base
+    folder's `core.io.folder_digest`) is recorded so that loading onto a changed base can be refused.
     """
     config = model.configs.get(adapter_name)
     if config is None:
@@ -125,6 +129,8 @@ def save_adapter(
             write_json_atomic(tmp / PEFT_CONFIG, peft_files[0])
             save_tensors_atomic(tmp / PEFT_WEIGHTS, peft_files[1], metadata={"format": "pt"})
         fields = {"config": config.to_dict(), "modules": list(adapters), "prefix": prefix, "modules_to_save": sorted(modules_to_save or {})}
+        if base_sha256 is not None:
+            fields["base_sha256"] = base_sha256
         write_versioned_config(tmp / OUR_CONFIG, CONFIG_KIND, CONFIG_VERSION, fields)
         state = {**model.adapter_state(adapter_name), **{f"{TO_SAVE}{k}": v for k, v in extra.items()}}
         save_tensors_atomic(tmp / OUR_WEIGHTS, state, metadata={"format": "pt"})
@@ -246,11 +252,18 @@ def read_adapter_sources(folder: str | Path) -> tuple[SavedAdapter | None, Saved
 
 def _edited_files(folder: Path) -> list[str]:
     """The files the manifest lists that are missing or differ from it."""
-    files = (read_json(folder / MANIFEST_NAME) or {}).get("files") or {}
+    manifest = read_json(folder / MANIFEST_NAME)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    files = files if isinstance(files, dict) else {}  # a crafted manifest: every file counts as edited
     edited = []
     for name, expected in files.items():
         p = folder / name
-        if not p.is_file() or p.stat().st_size != expected.get("bytes") or sha256_of(p) != expected.get("sha256"):
+        expected = expected if isinstance(expected, dict) else {}
+        try:
+            same = p.is_file() and p.stat().st_size == expected.get("bytes") and sha256_of(p) == expected.get("sha256")
+        except OSError:  # unreadable: it cannot be vouched for (verify_manifest's error says why)
+            same = False
+        if not same:
             edited.append(name)
     return edited or ["(manifest)"]
 
@@ -270,15 +283,16 @@ def read_adapter_folder(folder: str | Path) -> tuple[AdapterConfig, dict[str, to
 
 def _from_our_files(folder: Path) -> SavedAdapter:
     saved = read_versioned_config(folder / OUR_CONFIG, CONFIG_KIND, CONFIG_VERSION)
-    unknown = sorted(set(saved) - {"kind", "version", "config", "modules", "prefix", "modules_to_save"})
+    unknown = sorted(set(saved) - {"kind", "version", "config", "modules", "prefix", "modules_to_save", "base_sha256"})
     if unknown:
         warnings.warn(f"{folder / OUR_CONFIG}: ignoring unknown key(s) {unknown}", stacklevel=4)
-    fields = dict(saved.get("config") or {})
+    where = folder / OUR_CONFIG
+    fields = dict(json_field(saved, "config", dict, where, {}))
     cls = adapter_type(str(fields.pop("method", "")))
-    prefix = str(saved.get("prefix") or "")
+    prefix = json_field(saved, "prefix", str, where, "")
     config = cls.config_class.from_dict(fields)
     tensors = load_tensors(folder / OUR_WEIGHTS)
-    saved_modules = list(saved.get("modules") or [])
+    saved_modules = list(json_list_of(saved, "modules", str, where, []))
     # Shared parameters are keyed by module type ("M:encoder.layer.*.attention.self.query" for PiCa), which moves
     # with the prefix like the module names do.
     types = sorted({(module_type(m, config.layers_pattern), module_type(prefix + m, config.layers_pattern)) for m in saved_modules},
@@ -305,7 +319,14 @@ def _from_peft_folder(folder: Path) -> SavedAdapter:
         warnings.warn(f"{folder / PEFT_CONFIG}: ignoring unknown key(s) {unknown}", stacklevel=4)
     if cfg.get("use_dora") or cfg.get("rank_pattern") or cfg.get("alpha_pattern") or cfg.get("lora_bias"):
         raise InvalidInputError(f"{folder}: DoRA, lora_bias and per-module rank/alpha patterns are not supported by this loader")
-    to_save = list(cfg.get("modules_to_save") or [])
+    where = folder / PEFT_CONFIG
+    to_save = list(json_list_of(cfg, "modules_to_save", str, where, []))
+    # The scaling lora_alpha / r comes from these two alone: a missing or mistyped one is named, not a KeyError.
+    r = json_field(cfg, "r", int, where, required=True)
+    alpha = json_field(cfg, "lora_alpha", float, where, required=True)
+    if r < 1 or not math.isfinite(alpha):
+        raise CorruptFileError(f"{where}: r must be a positive integer and lora_alpha a finite number, got r={r!r}, "
+                               f"lora_alpha={alpha!r}")
     tensors = load_tensors(folder / PEFT_WEIGHTS)
     state: dict[str, torch.Tensor] = {}
     extra: dict[str, torch.Tensor] = {}
@@ -319,5 +340,5 @@ def _from_peft_folder(folder: Path) -> SavedAdapter:
         else:
             raise InvalidInputError(f"{folder / PEFT_WEIGHTS}: unsupported tensor {key!r} (only LoRA A/B of linear layers and modules_to_save)")
     modules = sorted({k.rsplit(".", 1)[0] for k in state})
-    config = LoraConfig(r=int(cfg["r"]), lora_alpha=float(cfg["lora_alpha"]), use_rslora=bool(cfg.get("use_rslora")), target_modules=modules)
+    config = LoraConfig(r=r, lora_alpha=float(alpha), use_rslora=bool(cfg.get("use_rslora")), target_modules=modules)
     return SavedAdapter(config, state, modules, extra, "peft")

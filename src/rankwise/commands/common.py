@@ -4,8 +4,9 @@ Kept light (no torch, no transformers): these run at parse time or first thing i
 answers in milliseconds, and never after a long computation.
 
 - argparse types (`positive_int`, `nonnegative_float`, ...): a bad value is an argparse error naming the flag;
-- `check_output(path, flag)`: the output can be written (not `.`, not under a file, the nearest existing folder is
-  writable, an existing folder is one this output may replace) — found before training, not after;
+- `check_output(path, flag)`: the output can be written (its names and path within the system's limits, not `.`,
+  not under a file, the nearest existing folder is writable, an existing folder is one this output may replace) —
+  found before training, not after;
 - `require_model(value, command, accepts)`: the embedded model or folder is a kind the command takes; any other of
   rankwise's folder kinds is refused with what to pass instead (`rankwise.models.folders` tells the kinds apart).
 """
@@ -18,6 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from rankwise.core.path_limits import CONTENT_MARGIN, check_path_limits, shown
 from rankwise.errors import InvalidInputError
 from rankwise.models import folders
 
@@ -80,7 +82,8 @@ RUN_MARKER = "rankwise-run.json"  # written first into a training run's --out fo
 
 
 def check_output(path: str | os.PathLike, flag: str = "--out", folder: bool = True, kind: str | None = None,
-                 overwrite: bool = False, run: str | None = None, sources: tuple[str, ...] = ()) -> Path:
+                 overwrite: bool = False, run: str | None = None, sources: tuple[str, ...] = (),
+                 checkpoints: bool = False) -> Path:
     """Refuse an output that cannot be written, before any work. Returns the path.
 
     Refused: the current folder or one above it (a folder output replaces its target), a path under an existing
@@ -92,13 +95,20 @@ def check_output(path: str | os.PathLike, flag: str = "--out", folder: bool = Tr
     - `run` (the command, e.g. "finetune", whose training run folder it is): empty, or one of that command's runs
       (it has the `RUN_MARKER` that `mark_run_folder` writes). Such a command writes several entries there
       (metrics.json, checkpoint/, adapter/, ...) and resumes from them, so a user's own files there (their
-      metrics.json) would be overwritten.
+      metrics.json) would be overwritten;
+    - `checkpoints` (a training loop's checkpoint folder, e.g. `--heal-dir`): empty, or holding only the loop's
+      `checkpoint/`, a rankwise training checkpoint, which it resumes and replaces (`check_checkpoint_folder`).
     """
     path = Path(path)
+    # Names and the path within the system's limits, before anything looks at the path (a name over NAME_MAX makes
+    # every stat raise). An output rankwise writes whole (`kind`) or as one file goes through an atomic temporary
+    # beside it, whose longer name must fit as well; a folder output needs room below it for its files.
+    check_path_limits(path, f"{flag} {shown(path)}", temporary_sibling=kind is not None or not folder,
+                      content_margin=CONTENT_MARGIN if folder else 0)
     resolved = path.expanduser().resolve()
     for source in sources:  # what the command reads (e.g. --model DIR): replacing the output must not delete it
         src = Path(source).expanduser()
-        if src.exists() and (src.resolve() == resolved or resolved in src.resolve().parents):
+        if os.path.exists(src) and (src.resolve() == resolved or resolved in src.resolve().parents):
             raise InvalidInputError(f"{flag} {path} holds the input {source}: writing there would replace what the command "
                                     f"reads; choose an output folder outside it")
     cwd = Path.cwd().resolve()
@@ -130,7 +140,44 @@ def check_output(path: str | os.PathLike, flag: str = "--out", folder: bool = Tr
             f"{flag} {path} already holds files that no `rankwise {run}` run wrote (no {RUN_MARKER}); it writes "
             "metrics.json, checkpoint/ and its outputs there: name a new or empty folder"
         )
+    if checkpoints and folder and resolved.is_dir():
+        check_checkpoint_folder(path, flag)
     return path
+
+
+CHECKPOINT_NAME = "checkpoint"  # what the training loop writes in its folder (core.training.loop: out_dir/checkpoint)
+
+
+def check_checkpoint_folder(path: Path, flag: str) -> None:
+    """Refuse a training loop's checkpoint folder (e.g. `--heal-dir DIR`) that holds anything but what the loop
+    writes there: its `checkpoint/` (a rankwise training checkpoint, which the loop resumes and then replaces) and
+    that folder's write temporaries. A user's files there would be mixed with, or replaced by, the checkpoints."""
+    import re
+
+    from rankwise.core.io import KIND_KEY, MANIFEST_NAME
+    from rankwise.core.training.checkpoint import KIND  # imports torch: only for a folder that already holds files
+
+    temporary = re.compile(rf"^\.{CHECKPOINT_NAME}\.rw\d+@.*\.(tmp|old)$")  # core.temp_names: a killed write's leftovers
+    foreign = sorted(p.name for p in path.iterdir() if p.name != CHECKPOINT_NAME and not temporary.match(p.name))
+    advice = (f"name a new or empty folder, or the {flag} of an earlier run of this command (it resumes from the "
+              f"{CHECKPOINT_NAME}/ there)")
+    if foreign:
+        raise InvalidInputError(f"{flag} {path} already holds files that rankwise did not write there "
+                                f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); it keeps only its "
+                                f"{CHECKPOINT_NAME}/ in that folder: {advice}")
+    checkpoint = path / CHECKPOINT_NAME
+    if not checkpoint.exists():
+        return
+    try:
+        import json
+
+        manifest = json.loads((checkpoint / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    found = manifest.get(KIND_KEY, KIND if (checkpoint / "trainer.json").is_file() else None) if isinstance(manifest, dict) else None
+    if found != KIND:  # (a manifest without a kind: written before kinds were recorded, a checkpoint if it has trainer.json)
+        raise InvalidInputError(f"{flag} {path}: its {CHECKPOINT_NAME}/ is not a rankwise training checkpoint (no "
+                                f"{MANIFEST_NAME} of kind {KIND!r}); rankwise would replace it with its own: {advice}")
 
 
 def mark_run_folder(path: str | os.PathLike, command: str) -> None:

@@ -57,31 +57,105 @@ def register(kinds: argparse._SubParsersAction) -> None:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Everything that can be checked before loading the model: the model's kind and the output path."""
-    require_model(args.model, "convert mla", ACCEPTS, causal=True, model_types=MODEL_TYPES)
+    """Everything that can be checked before loading the model: the model's kind, the ranks its config allows, the
+    text files (readable, long enough for one window) and the output folders."""
+    info = require_model(args.model, "convert mla", ACCEPTS, causal=True, model_types=MODEL_TYPES)
     if args.out is not None:
         check_output(args.out, kind="mla-deploy" if wants_deploy(args) else "mla-oneshot", overwrite=args.overwrite, sources=(str(args.model),))
-    if getattr(args, "heal_dir", None):
-        check_output(args.heal_dir, "--heal-dir")
-    for flag in ("calibration_text", "eval_text"):
-        path = getattr(args, flag, None)
-        if path is not None and not Path(path).is_file():
-            from rankwise.errors import InvalidInputError
+    heal_dir = getattr(args, "heal_dir", None)
+    if heal_dir:
+        check_output(heal_dir, "--heal-dir", checkpoints=True)
+        if args.out is not None:
+            check_apart(Path(args.out), Path(heal_dir))
+    check_ranks(args, folders.model_dims(info))
+    windows = (("calibration_text", getattr(args, "calib_seq_len", None)),
+               ("eval_text", args.seq_len if getattr(args, "eval_windows", 1) else None))
+    for name, seq_len in windows:
+        path = getattr(args, name, None)
+        if path is not None:
+            check_text_length(read_text(path, f"--{name.replace('_', '-')}"), path, f"--{name.replace('_', '-')}", seq_len)
 
-            raise InvalidInputError(f"--{flag.replace('_', '-')} {path}: no such file")
+
+def check_apart(out: Path, heal_dir: Path) -> None:
+    """--out is written whole at the end (it replaces the folder there), --heal-dir holds the healing checkpoints:
+    one inside the other would make the final write refuse, or delete, the other, after all the work."""
+    from rankwise.errors import InvalidInputError
+
+    a, b = out.expanduser().resolve(), heal_dir.expanduser().resolve()
+    if a == b or a in b.parents or b in a.parents:
+        raise InvalidInputError(f"--out {out} and --heal-dir {heal_dir} overlap: the converted model is written to --out "
+                                "as a whole and the healing checkpoints to --heal-dir; give two separate folders")
+
+
+def check_ranks(args: argparse.Namespace, dims: dict[str, int]) -> None:
+    """--kv-rank (and, for --deploy, --rope-dims and the latent cache) against the model's K/V sizes from its config,
+    before it loads: the conversion refuses them only after the model is loaded and calibrated. Nothing is checked
+    when the sizes are unknown (the conversion still refuses then)."""
+    from rankwise.errors import InvalidInputError
+
+    heads, head_dim = dims.get("num_key_value_heads"), dims.get("head_dim")
+    if heads is None or head_dim is None:
+        return
+    kv_width = heads * head_dim
+    if args.kv_rank > kv_width:
+        raise InvalidInputError(f"--kv-rank {args.kv_rank} exceeds {args.model}'s K/V width of {kv_width} ({heads} KV heads "
+                                f"x {head_dim} dims) per matrix and layer: choose --kv-rank at most {kv_width} "
+                                f"(e.g. {kv_width // 4} keeps a quarter of the KV cache)")
+    if not wants_deploy(args):
+        return
+    rope_dims = getattr(args, "rope_dims", None)
+    if rope_dims is not None and (rope_dims % 2 or not 2 <= rope_dims <= head_dim):
+        raise InvalidInputError(f"--rope-dims {rope_dims} must be an even number in [2, {head_dim}] ({args.model}'s head dim)")
+    check_latent_cache(args.kv_rank, rope_dims or head_dim // 2, kv_width)
+
+
+def check_latent_cache(kv_rank: int, rope_dims: int, kv_width: int) -> None:
+    """A deployable MLA caches 2 * kv_rank + rope_dims numbers per token and layer: refuse more than the original's
+    2 * kv_width (the conversion would only cost memory)."""
+    from rankwise.errors import InvalidInputError
+
+    if 2 * kv_rank + rope_dims > 2 * kv_width:
+        raise InvalidInputError(
+            f"--kv-rank {kv_rank} with --rope-dims {rope_dims} caches {2 * kv_rank + rope_dims} numbers per token "
+            f"and layer, more than the original's {2 * kv_width}: choose --kv-rank below {(2 * kv_width - rope_dims) // 2 + 1}"
+        )
 
 
 def read_text(path: Path, flag: str) -> str:
-    """A UTF-8 text file's contents; a clear error for binary or empty files."""
+    """A UTF-8 text file's contents; a clear error for a missing, unreadable, binary or empty file."""
+    from rankwise.core.path_limits import check_path_limits, shown
     from rankwise.errors import InvalidInputError
 
+    check_path_limits(path, f"{flag} {shown(path)}", output=False)
+    if not Path(path).is_file():
+        raise InvalidInputError(f"{flag} {path}: no such file")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise InvalidInputError(f"{flag} {path} is not UTF-8 text ({e})") from e
+    except OSError as e:
+        raise InvalidInputError(f"{flag} {path} cannot be read ({e.strerror or e})") from e
     if not text.strip():
         raise InvalidInputError(f"{flag} {path} is empty")
     return text
+
+
+def check_text_length(text: str, path: Path, flag: str, seq_len: int | None) -> None:
+    """Refuse a text too short for one window of `seq_len` tokens, before the model (and its tokenizer) load.
+
+    Without the tokenizer the token count is bounded above by the UTF-8 bytes: the byte-level BPE of Llama-family
+    models (and SentencePiece with byte fallback) never makes more tokens than bytes, plus one EOS per document and
+    a possible prefix token. A text under that bound cannot fill a window whatever the tokenizer; one above it is
+    counted exactly when the windows are cut."""
+    from rankwise.errors import InvalidInputError
+
+    if seq_len is None:
+        return
+    most = len(text.encode("utf-8")) + 2
+    if most < seq_len:
+        raise InvalidInputError(f"{flag} {path} has {len(text.encode('utf-8'))} bytes of text, so at most {most} tokens: "
+                                f"fewer than one window of {seq_len} tokens; pass a longer text or a shorter "
+                                f"{'--calib-seq-len' if flag == '--calibration-text' else '--seq-len'}")
 
 
 def calibration_set(args: argparse.Namespace, tokenizer):
@@ -134,12 +208,13 @@ def run(args: argparse.Namespace) -> int:
     set_seed(args.seed)
     model, tokenizer = load_model(args.model)
     layout = kv_layout(model)
+    # The text windows first: a text that tokenizes to less than one window is refused before the perplexities.
+    calibration, described = calibration_set(args, tokenizer)
+    own = eval_text_windows(args, tokenizer)
     windows = token_windows(tokenizer, "eval", args.seq_len, args.eval_windows) if args.eval_windows > 0 else None
     before = perplexity(model, windows, desc="perplexity (original)") if windows is not None else None
-    own = eval_text_windows(args, tokenizer)
     own_before = perplexity(model, own, desc="perplexity (original, --eval-text)") if own is not None else None
 
-    calibration, described = calibration_set(args, tokenizer)
     converted, took = measure(
         convert_to_mla, model, args.kv_rank, args.method, args.allocation, calibration,
         score=args.score, damping=args.damping, inplace=True,
@@ -186,7 +261,6 @@ def run_deploy(args: argparse.Namespace) -> int:
     from rankwise.training.healing import HealConfig, heal
     from rankwise.core.seed import set_seed
     from rankwise.data import token_windows
-    from rankwise.errors import InvalidInputError
     from rankwise.eval import measure, measured_kv_bytes_per_token, perplexity
     from rankwise.models import load_model
 
@@ -195,16 +269,12 @@ def run_deploy(args: argparse.Namespace) -> int:
     head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
     rope_dims = args.rope_dims or head_dim // 2
     kv_width = (getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads) * head_dim
-    if 2 * args.kv_rank + rope_dims > 2 * kv_width:  # before calibration: the conversion would only cost memory
-        raise InvalidInputError(
-            f"--kv-rank {args.kv_rank} with --rope-dims {rope_dims} caches {2 * args.kv_rank + rope_dims} numbers per token "
-            f"and layer, more than the original's {2 * kv_width}: choose --kv-rank below {(2 * kv_width - rope_dims) // 2 + 1}"
-        )
+    check_latent_cache(args.kv_rank, rope_dims, kv_width)  # again, from the loaded config (checked up front if known)
+    calibration, described = calibration_set(args, tokenizer)  # first: a too-short text is refused before the perplexities
+    own = eval_text_windows(args, tokenizer)
     windows = token_windows(tokenizer, "eval", args.seq_len, args.eval_windows) if args.eval_windows > 0 else None
     before = perplexity(model, windows, desc="perplexity (original)") if windows is not None else None
-    own = eval_text_windows(args, tokenizer)
     own_before = perplexity(model, own, desc="perplexity (original, --eval-text)") if own is not None else None
-    calibration, described = calibration_set(args, tokenizer)
     mla, took = measure(
         convert_to_deployable_mla, model, args.kv_rank, rope_dims, args.rope_selection, calibration,
         allocation=args.allocation, score=args.score, damping=args.damping,

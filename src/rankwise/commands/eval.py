@@ -39,6 +39,7 @@ def run_ppl(args: argparse.Namespace) -> int:
         base = args.base or info.base
         if base is None:
             raise InvalidInputError(f"--model {args.model}: {info.summary}; name its base model with --base")
+        folders.check_adapter_base(info, base, explicit=args.base is not None)
         folders.check_sequence_length(require_model(base, "eval ppl (the adapter's base)", ACCEPTS - {folders.ADAPTER},
                                                     causal=True), args.seq_len)
     elif args.base is not None:

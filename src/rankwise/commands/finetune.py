@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a method's training procedure: on top of an adapter (e.g. lmao, car-lora), or with --method full "
                         "for one that trains the model's own weights (default: plain training)")
     p.add_argument("--procedure-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a field of the procedure, e.g. base_lr=1e-6 (repeatable; default: none)")
+                   help="a field of the procedure, e.g. base_lr=1e-6 (repeatable; default: none; "
+                        "`rankwise list --procedures` lists them)")
     p.add_argument("--steps", type=positive_int, default=200, help="optimizer steps")
     p.add_argument("--batch-size", type=positive_int, default=16, help="examples per micro-batch (the global batch under torchrun)")
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches accumulated per optimizer step")
@@ -97,6 +98,7 @@ def check_arguments(args: argparse.Namespace) -> dict:
         )
     entry = task_entries()[args.task]
     info = require_model(args.model, "finetune", ACCEPTS, causal=entry.causal)
+    check_optimizer(args, full, folders.model_dims(info))
     if entry.inputs == "text":
         folders.check_sequence_length(info, args.seq_len)
     if folders.model_inputs(info) != entry.inputs:
@@ -107,12 +109,18 @@ def check_arguments(args: argparse.Namespace) -> dict:
     if args.procedure_option and not args.procedure:
         raise InvalidInputError("--procedure-option needs --procedure")
     if args.procedure:
-        from rankwise.training.procedures import check_procedure_options, check_trains
+        from rankwise.core.training import TrainConfig
+        from rankwise.training.procedures import check_procedure_options, check_procedure_run, check_trains
 
         check_trains(args.procedure, full)
-        # Names, types and what needs no model, now; what depends on the module (layer indices, the adapter's
-        # choices) when the builder runs, after the model is loaded.
-        check_procedure_options(args.procedure, parse_key_values(args.procedure_option, "--procedure-option"))
+        # Names, types and what needs no model, now, and what the procedure's class and engine say of this run
+        # (checkpoints, the federated job); what depends on the module (layer indices, the adapter's choices) when
+        # the builder runs, after the model is loaded.
+        config = check_procedure_options(args.procedure, parse_key_values(args.procedure_option, "--procedure-option"))
+        settings = TrainConfig(steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr,
+                               weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio, decay=args.decay,
+                               eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed)
+        check_procedure_run(args.procedure, config, settings, entry.kind)
     if not full:
         from rankwise.adapters import build_config
 
@@ -120,6 +128,61 @@ def check_arguments(args: argparse.Namespace) -> dict:
         targets = args.targets_regex or ([t.strip() for t in args.targets.split(",") if t.strip()] if args.targets else ["default"])
         build_config(args.method, args.rank, targets, None, **options).validate()
     return options
+
+
+def check_optimizer(args: argparse.Namespace, full: bool, dims: dict[str, int]) -> None:
+    """--optimizer and --optimizer-rank, before any work: a rank goes only with a low-rank-state optimizer, which needs
+    one, keeps states of full weight matrices (an adapter method freezes them) and cannot exceed the smaller side of
+    the model's smallest matrix (`dims`: the model's config sizes, when known)."""
+    from rankwise.errors import InvalidInputError
+    from rankwise.registry.tables import optimizer_entries
+
+    entries = optimizer_entries()
+    rank, name = args.optimizer_rank, args.optimizer
+    if not entries[name].low_rank:
+        if rank is not None:
+            low = ", ".join(sorted(n for n, e in entries.items() if e.low_rank))
+            raise InvalidInputError(f"--optimizer-rank {rank}: --optimizer {name} keeps full-size states and takes no rank; "
+                                    f"drop --optimizer-rank, or choose a low-rank-state optimizer ({low})")
+        return
+    if rank is None:
+        raise InvalidInputError(f"--optimizer {name} needs a rank (--optimizer-rank R, e.g. 8)")
+    if not full:
+        raise InvalidInputError(f"--optimizer {name} keeps low-rank states of full weight matrices, which --method "
+                                f"{args.method} freezes (only its adapter trains): use it for full fine-tuning "
+                                "(--method full), or train the adapter with --optimizer adamw")
+    side = folders.smallest_matrix_side(dims)
+    if side is not None and rank > side:
+        raise InvalidInputError(f"--optimizer-rank {rank} exceeds the smaller side ({side}) of {args.model}'s smallest "
+                                f"weight matrix, which the optimizer factors: choose --optimizer-rank at most {side}")
+
+
+OUTPUTS = ("adapter", "model", "head.safetensors")  # what a run writes besides metrics.json and checkpoint/
+
+
+def drop_earlier_outputs(out: Path, written: set[str]) -> None:
+    """Remove the outputs an earlier run in this folder wrote and this one did not (an adapter/ left beside a full
+    fine-tune's model/ would be read as this run's by `rankwise info` and `eval`). Only finetune's own names, in a
+    folder that carries finetune's run marker."""
+    import shutil
+
+    for name in sorted(set(OUTPUTS) - written):
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.is_file() or path.is_symlink():
+            path.unlink()
+
+
+def resolved_options(method: str, rank: int, options: dict) -> dict:
+    """Every option of `method`'s config, the given ones and the defaults (what the run record compares on resume)."""
+    import dataclasses
+
+    from rankwise.adapters import build_config
+
+    config = build_config(method, rank, ["default"], None, **options)
+    set_by_flags = {"r", "target_modules", "layers_to_transform"}  # --rank, --targets, --top-k-layers: recorded apart
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in set_by_flags}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
 
     full = args.method == FULL
     make_optimizer = optimizer_factory(args.optimizer, args.optimizer_rank)
+    base = folders.base_identity(args.model)  # before training: the folder as it is now is the one trained on
     out = Path(args.out)
     mark_run_folder(out, "finetune")
     owns_group = not distributed.is_initialized()
@@ -178,11 +242,14 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio, decay=args.decay, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
     )
-    # Everything the model and data were built from: resuming a checkpoint written with other values is refused.
-    run_config = {"model": str(args.model), "method": args.method, "rank": args.rank, "optimizer_rank": args.optimizer_rank,
-                  "targets": args.targets, "targets_regex": args.targets_regex, "top_k_layers": args.top_k_layers,
-                  "seq_len": args.seq_len, "train_examples": args.train_examples, "eval_examples": args.eval_examples,
-                  **{f"option {k}": v for k, v in sorted(options.items())}}
+    # Everything the model and data were built from: resuming a checkpoint written with other values is refused. The
+    # base by absolute path and content (a folder replaced at the same path is another model), the adapter's options
+    # with their defaults filled in (an option given at its default value is the same run as one left out).
+    run_config = {"model": base.name, "model_sha256": base.sha256, "method": args.method, "rank": args.rank,
+                  "optimizer_rank": args.optimizer_rank, "targets": args.targets, "targets_regex": args.targets_regex,
+                  "top_k_layers": args.top_k_layers, "seq_len": args.seq_len, "train_examples": args.train_examples,
+                  "eval_examples": args.eval_examples,
+                  **{f"option {k}": v for k, v in sorted(({} if full else resolved_options(args.method, args.rank, options)).items())}}
     # The loop, or the engine the procedure runs on (a federated job is run whole: no resume, no optimizer choice).
     loop_only = {"resume": not args.no_resume, "optimizer": make_optimizer} if procedure is None or procedure.runs_on == "loop" else {}
     result = run_procedure(procedure, module, task, config, out_dir=out, run_config=run_config, **loop_only)
@@ -190,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     what = "model" if full else f"{adapter_params:,} adapter parameters"
     # A procedure that trains the base weights too (LMAO) writes them as DIR/model, the adapter's base.
     changes_base = procedure is not None and procedure.changes_base
-    base_name = str(out / "model") if changes_base else args.model
+    base_name = str((out / "model").resolve()) if changes_base else base.name
     if main:  # every rank holds the same trained weights; one writes them
         if full or changes_base:
             from rankwise.adapters.model import base_model_copy
@@ -207,14 +274,20 @@ def run(args: argparse.Namespace) -> int:
                 tokenizer.save_pretrained(tmp)
 
             save_model_folder(out / "model", write_model)
+        base_sha256 = folders.base_identity(base_name).sha256 if changes_base else base.sha256
         if full:
             pass  # no adapter: the model folder is the result
         elif module is not adapted:  # a classifier: the head is saved in the adapter, the PEFT way (modules_to_save)
-            adapted.save(out / "adapter", base_model_name_or_path=base_name, prefix="model.", modules_to_save={"head": module.head})
+            adapted.save(out / "adapter", base_model_name_or_path=base_name, prefix="model.", modules_to_save={"head": module.head},
+                          base_sha256=base_sha256)
         else:
-            adapted.save(out / "adapter", base_model_name_or_path=base_name)
+            adapted.save(out / "adapter", base_model_name_or_path=base_name, base_sha256=base_sha256)
         if full and module is not adapted:
             save_tensors_atomic(out / "head.safetensors", {k: v for k, v in module.head.state_dict().items()})
+        written = {"model"} if full or changes_base else set()
+        written |= set() if full else {"adapter"}
+        written |= {"head.safetensors"} if full and module is not adapted else set()
+        drop_earlier_outputs(out, written)
         trainable_total = sum(p.numel() for p in module.parameters() if p.requires_grad)
         write_json_atomic(out / "metrics.json", {
             "model": args.model, "task": args.task, "method": args.method, "rank": args.rank,

@@ -13,6 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--markdown", action="store_true", help="print the README's method table")
     p.add_argument("--update-readme", action="store_true", help="rewrite the method table in the checkout's README.md")
     p.add_argument("--experiments", action="store_true", help="also list each method's experiments (`rankwise repro SLUG:EXPERIMENT`)")
+    p.add_argument("--procedures", action="store_true",
+                   help="list the training procedures and their options (`finetune --procedure NAME --procedure-option KEY=VALUE`)")
     p.set_defaults(func=run)
 
 
@@ -27,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
         write_text_atomic(readme, readme_with_table(readme.read_text()))
         print(f"updated {readme}")
         return 0
+    if args.procedures:
+        return list_procedures()
     if args.markdown:
         print(markdown_table())
         return 0
@@ -40,4 +44,17 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{'':<{width}}  {'':<10}  {'':<11}  - {m.slug}:{e.name}: {verdicts}" + (f" ({e.summary})" if args.experiments else ""))
     counts = {s: sum(m.status == s for m in METHODS) for s in STATUSES}
     print(f"\n{len(METHODS)} methods: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 0
+
+
+def list_procedures() -> int:
+    """Each procedure, what it trains and its options with their types, defaults and help."""
+    from rankwise.core.options import describe_options
+    from rankwise.registry.tables import procedure_entries
+    from rankwise.targets import resolve
+
+    for name, entry in procedure_entries().items():
+        print(f"{name}  (trains {entry.trains})")
+        for line in describe_options(resolve(entry.config)):
+            print(f"    {line}")
     return 0

@@ -29,6 +29,31 @@ def register(kinds: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def source_settings(args: argparse.Namespace, source: dict) -> tuple[str, int, int]:
+    """(model, layer, seq_len): the flags, else what the folder's `source` records, checked before the model loads.
+    A recorded value of the wrong type is the file's fault (CorruptFileError, naming it); a layer the model does not
+    have is refused from the model's config (its number of layers) when that is known."""
+    from rankwise.core.json_fields import json_field
+    from rankwise.errors import InvalidInputError
+    from rankwise.models import folders
+    from rankwise.nn.lorsa.io import CONFIG_FILE
+
+    where = args.folder / CONFIG_FILE
+    model_name = args.model or json_field(source, "model", str, where)
+    layer = args.layer if args.layer is not None else json_field(source, "layer", int, where)
+    if model_name is None or layer is None:
+        raise InvalidInputError(f"{args.folder} does not record its model and layer: pass --model and --layer")
+    seq_len = args.seq_len or json_field(source, "seq_len", int, where, 128)
+    if seq_len < 2:
+        raise InvalidInputError(f"--seq-len (or the recorded seq_len in {where}) must be at least 2, got {seq_len}")
+    layers = folders.model_dims(folders.identify(model_name)).get("num_hidden_layers")
+    if layer < 0 or (layers is not None and layer >= layers):
+        what = "--layer" if args.layer is not None else f"the layer recorded in {where}"
+        bound = f"[0, {layers})" if layers is not None else ">= 0"
+        raise InvalidInputError(f"{what} is {layer}, but {model_name}'s attention layers are {bound}: pass --layer")
+    return model_name, layer, seq_len
+
+
 def run(args: argparse.Namespace) -> int:
     from rankwise.data import token_windows
     from rankwise.errors import InvalidInputError
@@ -36,18 +61,18 @@ def run(args: argparse.Namespace) -> int:
     from rankwise.nn.lorsa import load_lorsa, top_activating_contexts
     from rankwise.repro.lorsa.capture import capture_attention
 
+    from rankwise.core.path_limits import check_path_limits, shown
+
+    check_path_limits(args.folder, shown(args.folder), output=False)
     lorsa, source = load_lorsa(args.folder)
-    model_name, layer = args.model or source.get("model"), args.layer if args.layer is not None else source.get("layer")
-    if model_name is None or layer is None:
-        raise InvalidInputError(f"{args.folder} does not record its model and layer: pass --model and --layer")
+    model_name, layer, seq_len = source_settings(args, source)
     if not 0 <= args.head < lorsa.config.n_ov:
         raise InvalidInputError(f"--head must be in [0, {lorsa.config.n_ov}), got {args.head}")
     if args.n < 1 or args.windows < 1 or args.context < 0:
         raise InvalidInputError("--n and --windows must be >= 1 and --context >= 0")
-    seq_len = args.seq_len or int(source.get("seq_len", 128))
     model, tokenizer = load_model(model_name)
     windows = token_windows(tokenizer, args.split, seq_len, args.windows)
-    x, _ = capture_attention(model, windows, int(layer))
+    x, _ = capture_attention(model, windows, layer)
     found = top_activating_contexts(lorsa, x, args.head, n=args.n)
     print(f"head {args.head} of {lorsa.config.n_ov} (QK head {args.head // lorsa.config.group_size}), {model_name} "
           f"layer {layer}, {windows.size(0)} {args.split} windows of {seq_len} tokens")

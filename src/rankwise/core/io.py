@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -35,6 +34,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from rankwise.core.temp_names import HOST, temp_prefix
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 MANIFEST_NAME = "rankwise-manifest.json"
@@ -176,12 +176,12 @@ def _umask() -> int:
     return mask
 
 
-_HOST = re.sub(r"[^A-Za-z0-9-]", "", socket.gethostname())[:32] or "host"
+_HOST = HOST  # `core.temp_names`: the CLI checks an output name against the same temporary-name formula
 
 
 def _temp_prefix(path: Path) -> str:
     """`.NAME.rwPID@HOST.`: temporaries name their writer, so a later write can tell which ones a killed run left."""
-    return f".{path.name}.rw{os.getpid()}@{_HOST}."
+    return temp_prefix(path.name)
 
 
 def temporary_name(path: str | os.PathLike, tag: str = "") -> Path:
@@ -303,6 +303,8 @@ def read_json(path: str | os.PathLike) -> Any:
         raise CorruptFileError(f"{path} does not exist") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CorruptFileError(f"{path} is not valid JSON ({e}); delete it and rebuild") from e
+    except OSError as e:  # unreadable (permissions, a folder of that name, ...): said in words, not a traceback
+        raise CorruptFileError(f"{path} cannot be read ({e.strerror or e}): check its permissions") from e
 
 
 def write_versioned_config(path: str | os.PathLike, kind: str, version: int, fields: Mapping[str, Any]) -> None:
@@ -339,6 +341,8 @@ def load_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise CorruptFileError(f"{path} does not exist")
     try:
         return load_file(str(path))
+    except PermissionError as e:
+        raise CorruptFileError(f"{path} cannot be read ({e.strerror or e}): check its permissions") from e
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CorruptFileError(f"{path} is not a readable safetensors file ({e}); delete it and rebuild") from e
 
@@ -348,6 +352,17 @@ def sha256_of(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
+    return h.hexdigest()
+
+
+def folder_digest(folder: str | os.PathLike) -> str:
+    """One SHA-256 over every file in `folder` (relative name and content; the manifest excluded, since it is a
+    record about the files rather than one of them): two folders with the same digest hold the same model."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST_NAME:
+            h.update(f"{p.relative_to(folder).as_posix()}\0{sha256_of(p)}\n".encode())
     return h.hexdigest()
 
 
@@ -371,10 +386,16 @@ def verify_manifest(folder: str | os.PathLike, check_hashes: bool = True) -> dic
         raise CorruptFileError(f"{folder / MANIFEST_NAME} lists no files")
     for name, expected in files.items():
         p = folder / name
+        if not isinstance(expected, dict) or not isinstance(expected.get("bytes"), int) or not isinstance(expected.get("sha256"), str):
+            raise CorruptFileError(f"{folder / MANIFEST_NAME} lists {name!r} without its size and SHA-256 (edited?)")
         if not p.is_file():
             raise CorruptFileError(f"{p} is missing")
         if p.stat().st_size != expected["bytes"]:
             raise CorruptFileError(f"{p} has {p.stat().st_size} bytes, expected {expected['bytes']} (truncated?)")
-        if check_hashes and sha256_of(p) != expected["sha256"]:
+        try:
+            digest = sha256_of(p) if check_hashes else None
+        except OSError as e:  # a file that cannot be read cannot be vouched for: callers rebuild or refuse it
+            raise CorruptFileError(f"{p} cannot be read ({e.strerror or e}): check its permissions") from e
+        if check_hashes and digest != expected["sha256"]:
             raise CorruptFileError(f"{p} does not match its recorded SHA-256 (corrupted)")
     return manifest

@@ -124,6 +124,21 @@ def _accepts_none(annotation: Any) -> bool:
     return type(None) in typing.get_args(annotation)
 
 
+def describe_options(cls: type) -> list[str]:
+    """One line per option of config class `cls`: `name: type = default  (choices; help)`, for listings."""
+    hints = typing.get_type_hints(cls)
+    lines = []
+    for name, f in config_fields(cls).items():
+        meta = f.metadata or {}
+        kind = getattr(hints.get(name), "__name__", None) or str(hints.get(name, "Any")).replace("typing.", "")
+        default = ("(required)" if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                   else f"= {f.default!r}" if f.default is not dataclasses.MISSING else "= (computed)")
+        notes = [f"one of {', '.join(map(str, meta['choices']))}"] if meta.get("choices") else []
+        notes += [meta["help"]] if meta.get("help") else []
+        lines.append(f"{name}: {kind} {default}" + (f"  ({'; '.join(notes)})" if notes else ""))
+    return lines
+
+
 def config_fields(cls: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls) if f.init}
 

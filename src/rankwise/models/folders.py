@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankwise.core.json_fields import json_field, json_list_of, json_object
+from rankwise.core.path_limits import check_path_limits, shown
+from rankwise.core.safetensors_header import check_safetensors_file
 from rankwise.models.embedded import EMBEDDED_MODELS
 from rankwise.errors import CorruptFileError, InvalidInputError, UnknownNameError
 
@@ -47,6 +50,7 @@ class FolderInfo:
     causal: bool | None = None  # a causal LM (None: unknown, e.g. an adapter before its base is looked at)
     model_type: str | None = None
     base: str | None = None  # an adapter's base model, as recorded
+    base_sha256: str | None = None  # the recorded base folder's `core.io.folder_digest` when it was trained (None: not recorded)
 
     @property
     def path(self) -> Path | None:
@@ -109,6 +113,12 @@ def read_model_config(path: Path) -> dict[str, Any]:
             f"{path / 'config.json'} has no model_type, so no loader knows which architecture it describes: it is not "
             "a transformers model config (save the model with model.save_pretrained(DIR))"
         )
+    # The fields rankwise itself reads, so an edited one is named here rather than failing inside a reader.
+    where = path / "config.json"
+    json_list_of(config, "architectures", str, where)
+    json_field(config, "rankwise_format", str, where)
+    json_field(config, "rankwise_mla", dict, where)
+    json_field(config, "rankwise_inputs", str, where)
     return config
 
 
@@ -129,6 +139,10 @@ def check_transformers_folder(path: Path, need_tokenizer: bool = True) -> None:
             f"{path} has weights but no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...): save the tokenizer "
             "beside the model with tokenizer.save_pretrained(DIR)"
         )
+    # A plain folder has no manifest to catch a truncated file; the headers do (transformers' own account of such a
+    # file is a raw SafetensorError, and `info` would call the folder loadable).
+    for weights in sorted(path.glob("*.safetensors")):
+        check_safetensors_file(weights)
 
 
 def model_inputs(info: FolderInfo) -> str:
@@ -155,6 +169,45 @@ def context_length(info: FolderInfo) -> int | None:
     return None
 
 
+# The sizes of a model's config that bound ranks and layer indices before it loads.
+DIM_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers")
+
+
+def model_dims(info: FolderInfo) -> dict[str, int]:
+    """The sizes of `info`'s model that are known without loading it: its record's (embedded) or its config.json's
+    (a plain or quantized folder), only those that are positive integers; `head_dim` and `num_key_value_heads`
+    filled in the way transformers does when the config leaves them out. {} when nothing is known."""
+    if info.kind == EMBEDDED:
+        dims = dict(EMBEDDED_MODELS[info.name].dims)
+    elif info.kind in (MODEL, QUANTIZED) and info.path is not None and (info.path / "config.json").is_file():
+        config = _read_json(info.path / "config.json")
+        config = config if isinstance(config, dict) else {}
+        dims = {k: config[k] for k in DIM_KEYS if _positive_int(config.get(k))}
+    else:
+        return {}
+    if "head_dim" not in dims and "hidden_size" in dims and "num_attention_heads" in dims:
+        dims["head_dim"] = dims["hidden_size"] // dims["num_attention_heads"]
+    if "num_key_value_heads" not in dims and "num_attention_heads" in dims:
+        dims["num_key_value_heads"] = dims["num_attention_heads"]
+    return dims
+
+
+def smallest_matrix_side(dims: dict[str, int]) -> int | None:
+    """The smaller side of the smallest weight matrix of a Llama- or BERT-layout transformer with these sizes (the
+    attention projections are hidden x heads * head_dim and hidden x kv_heads * head_dim, the MLP hidden x
+    intermediate): the largest rank a low-rank factorization of every one of them allows. None when unknown."""
+    sides = [dims.get("hidden_size"), dims.get("intermediate_size")]
+    if "head_dim" in dims:
+        sides += [dims.get("num_attention_heads", 0) * dims["head_dim"] or None,
+                  dims.get("num_key_value_heads", 0) * dims["head_dim"] or None]
+    known = [s for s in sides if s]
+    return min(known) if known else None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def check_sequence_length(info: FolderInfo, seq_len: int, flag: str = "--seq-len") -> None:
     """Refuse a sequence longer than the model's context, before any work (it would run for minutes, then fail or
     extrapolate positions the model never saw)."""
@@ -171,6 +224,7 @@ def identify(name_or_path: str | Path) -> FolderInfo:
         return FolderInfo(EMBEDDED, key, f"embedded model: {record.summary}", {"source": "shipped with rankwise (offline)"},
                           (f"rankwise.models.load_model({key!r})",), record.causal, record.model_type)
     path = Path(key)
+    check_path_limits(path, shown(key), output=False)  # a name over the system's limit cannot even be looked up
     if not path.exists():
         raise UnknownNameError(f"{key!r} is neither an embedded model ({', '.join(EMBEDDED_MODELS)}) nor an existing folder")
     if not path.is_dir():
@@ -180,9 +234,10 @@ def identify(name_or_path: str | Path) -> FolderInfo:
     if (path / "rankwise_adapter.json").is_file() or (path / "adapter_config.json").is_file():
         return _identify_adapter(path, key)
     if (path / "trainer.json").is_file():
-        trainer = _read_json(path / "trainer.json")
-        step = trainer.get("step") if isinstance(trainer, dict) else None
-        return FolderInfo(CHECKPOINT, key, f"training checkpoint at step {step}", {"run": (trainer or {}).get("run", {})},
+        trainer = json_object(_read_json(path / "trainer.json"), path / "trainer.json")
+        step = json_field(trainer, "step", int, path / "trainer.json")
+        return FolderInfo(CHECKPOINT, key, f"training checkpoint at step {step}",
+                          {"run": json_field(trainer, "run", dict, path / "trainer.json", {})},
                           ("resumed by rerunning the command that wrote it (same settings, same --out)",))
     if any((path / name).exists() for name in ("rankwise-run.json", "metrics.json", "adapter", "model")):
         return _identify_run(path, key)  # rankwise-run.json: commands.common.RUN_MARKER (a run not finished yet)
@@ -195,7 +250,7 @@ def identify(name_or_path: str | Path) -> FolderInfo:
 def _identify_model_folder(path: Path, key: str) -> FolderInfo:
     config = read_model_config(path)
     manifest = _manifest(path)
-    fmt = config.get("rankwise_format") or manifest.get("rankwise_format")
+    fmt = config.get("rankwise_format") or json_field(manifest, "rankwise_format", str, path / MANIFEST)
     causal, model_type = _causal(config), config["model_type"]
     if fmt == MLA_ONESHOT:
         record = dict(config.get("rankwise_mla") or {})
@@ -204,18 +259,20 @@ def _identify_model_folder(path: Path, key: str) -> FolderInfo:
                           record, (f"rankwise.models.load_model({key!r})  (stock transformers refuses it: its K/V "
                                    "projections are low-rank factor pairs only rankwise rebuilds)",), True, base_type)
     if fmt == MLA_DEPLOY or (model_type == "deepseek_v3" and manifest):
-        made = dict(manifest.get("mla_deploy") or {})
+        made = dict(json_field(manifest, "mla_deploy", dict, path / MANIFEST, {}))
         made.setdefault("kv_lora_rank", config.get("kv_lora_rank"))
         made.setdefault("qk_rope_head_dim", config.get("qk_rope_head_dim"))
         return FolderInfo(MLA_DEPLOY, key, "deployable MLA model: a stock DeepSeek-V3 checkpoint with a latent-only KV cache",
                           made, (f"transformers.AutoModelForCausalLM.from_pretrained({key!r})",
                                  f"rankwise.models.load_model({key!r})"), True, model_type)
     if fmt == "microscaling":
-        q = _read_json(path / "quantization.json") if (path / "quantization.json").is_file() else {}
-        recipe = q.get("recipe", {}) if isinstance(q, dict) else {}
-        causal = _causal(config, q.get("model_class") if isinstance(q, dict) else None)
-        return FolderInfo(QUANTIZED, key, f"block-quantized {model_type} model ({recipe.get('name', 'unknown recipe')})",
-                          {"recipe": recipe, "quantized_layers": len(q.get("layers", {})) if isinstance(q, dict) else None},
+        where = path / "quantization.json"
+        q = json_object(_read_json(where), where) if where.is_file() else {}
+        recipe = json_field(q, "recipe", dict, where, {})
+        causal = _causal(config, json_field(q, "model_class", str, where))
+        name = json_field(recipe, "name", str, where, "unknown recipe")
+        return FolderInfo(QUANTIZED, key, f"block-quantized {model_type} model ({name})",
+                          {"recipe": recipe, "quantized_layers": len(json_field(q, "layers", dict, where, {})) if q else None},
                           (f"rankwise.models.load_model({key!r})  (dequantizes to fp32; stock transformers cannot read "
                            "the packed weights)",), causal, model_type)
     if fmt:
@@ -231,20 +288,75 @@ def _identify_model_folder(path: Path, key: str) -> FolderInfo:
 
 
 def _identify_adapter(path: Path, key: str) -> FolderInfo:
-    peft = _read_json(path / "adapter_config.json") if (path / "adapter_config.json").is_file() else {}
-    ours = _read_json(path / "rankwise_adapter.json") if (path / "rankwise_adapter.json").is_file() else {}
-    config = (ours.get("config") if isinstance(ours, dict) else None) or {}
-    base = (peft.get("base_model_name_or_path") if isinstance(peft, dict) else None) or _run_model(path.parent)
-    method = config.get("method") or (str(peft.get("peft_type", "")).lower() if isinstance(peft, dict) else "") or "unknown"
-    made = {"method": method, "rank": config.get("r", peft.get("r") if isinstance(peft, dict) else None), "base_model": base,
-            "modules": len(ours.get("modules") or []) if isinstance(ours, dict) else None}
+    peft, ours = _adapter_json(path / "adapter_config.json"), _adapter_json(path / "rankwise_adapter.json")
+    config = json_field(ours, "config", dict, path / "rankwise_adapter.json", {})
+    base = json_field(peft, "base_model_name_or_path", str, path / "adapter_config.json") or _run_model(path.parent)
+    # Both files' fields are checked (the PEFT one is what peft and, without a manifest, rankwise load).
+    peft_type, peft_rank = (json_field(peft, "peft_type", str, path / "adapter_config.json", ""),
+                            json_field(peft, "r", int, path / "adapter_config.json"))
+    method = json_field(config, "method", str, path / "rankwise_adapter.json") or peft_type.lower() or "unknown"
+    rank = json_field(config, "r", int, path / "rankwise_adapter.json", peft_rank)
+    made = {"method": method, "rank": rank, "base_model": base,
+            "modules": len(json_field(ours, "modules", list, path / "rankwise_adapter.json", [])) if ours else None}
     load = [f"rankwise.adapters.load_adapter(base, {key!r})  (base = load_model({base!r})[0])" if base else
             f"rankwise.adapters.load_adapter(base, {key!r})"]
     if peft:
         load.append(f"peft.PeftModel.from_pretrained(base, {key!r})")
     load.append(f"rankwise eval ppl --model {key}" + ("" if base else " --base BASE"))
+    digest = ours.get("base_sha256") if isinstance(ours, dict) else None
     return FolderInfo(ADAPTER, key, f"{method} adapter" + (f" for {base}" if base else " (base model not recorded)"),
-                      made, tuple(load), None, None, base)
+                      made, tuple(load), None, None, base, digest if isinstance(digest, str) else None)
+
+
+def _adapter_json(path: Path) -> dict[str, Any]:
+    """An adapter folder's JSON file as an object ({} when absent); an edited one that is not an object is named."""
+    return json_object(_read_json(path), path) if path.is_file() else {}
+
+
+@dataclass(frozen=True)
+class BaseIdentity:
+    """Which model a run trains on, so that a later load or resume can tell it is the same one."""
+
+    name: str  # an embedded model's name, or the folder's absolute path (a relative one would change with the cwd)
+    sha256: str | None  # the folder's `core.io.folder_digest`; None for an embedded model (its package fixes it)
+
+
+def base_identity(key: str) -> BaseIdentity:
+    """The identity of `--model KEY` (an embedded name or an existing folder), read before it loads."""
+    if key in EMBEDDED_MODELS:
+        return BaseIdentity(key, None)
+    from rankwise.core.io import folder_digest
+
+    path = Path(key).resolve()
+    try:
+        return BaseIdentity(str(path), folder_digest(path))
+    except OSError as e:
+        raise CorruptFileError(f"{key}: a file of the model folder cannot be read ({e})") from e
+
+
+def check_adapter_base(adapter: FolderInfo, base: str, explicit: bool) -> None:
+    """Refuse to apply `adapter` on `base` when the base it was trained on is known and `base` is not it.
+
+    A recorded base folder that is gone is named as such; one whose content changed since training (replaced at the
+    same path, or a relative path read from another working directory) is refused, since the adapter's deltas mean
+    nothing on other weights. `explicit`: the user named `base` (--base), so it may differ by name; its content must
+    still be the recorded one when a digest was recorded."""
+    recorded = adapter.base
+    if recorded is None:
+        return
+    if not explicit and recorded not in EMBEDDED_MODELS and not Path(recorded).exists():
+        raise InvalidInputError(f"{adapter.name}: its recorded base model {recorded} does not exist (moved or deleted?); "
+                                "name the base with --base")
+    if adapter.base_sha256 is None or base in EMBEDDED_MODELS:
+        if base in EMBEDDED_MODELS and recorded in EMBEDDED_MODELS and base != recorded:
+            raise InvalidInputError(f"{adapter.name} was trained on {recorded}, not {base}")
+        return
+    found = base_identity(base).sha256
+    if found != adapter.base_sha256:
+        raise InvalidInputError(
+            f"{adapter.name} was trained on a base whose content differs from {base} (recorded folder {recorded}, "
+            f"sha256 {adapter.base_sha256[:12]}..., found {str(found)[:12]}...): the folder was replaced or is another "
+            "model; give the base it was trained on with --base")
 
 
 def _run_model(folder: Path) -> str | None:
@@ -260,8 +372,8 @@ def _run_model(folder: Path) -> str | None:
 
 
 def _identify_run(path: Path, key: str) -> FolderInfo:
-    metrics = _read_json(path / "metrics.json") if (path / "metrics.json").is_file() else {}
-    metrics = metrics if isinstance(metrics, dict) else {}
+    metrics = json_object(_read_json(path / "metrics.json"), path / "metrics.json") if (path / "metrics.json").is_file() else {}
+    json_field(metrics, "model", str, path / "metrics.json")  # read as a model's name (the adapter's base)
     made = {k: metrics.get(k) for k in ("model", "task", "method", "rank", "optimizer", "steps") if k in metrics}
     inner = [p for p in ("adapter", "model") if (path / p).is_dir()]
     load = [f"{path / p}: " + ("rankwise eval ppl --model " + str(path / p)) for p in inner]

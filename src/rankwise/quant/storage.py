@@ -24,6 +24,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokeni
 
 from rankwise.core.io import (load_tensors, read_json, read_versioned_config, save_model_folder, save_tensors_atomic,
                               verify_manifest, write_json_atomic, write_versioned_config)
+from rankwise.core.json_fields import json_field
 from rankwise.errors import CorruptFileError, InvalidInputError
 from rankwise.quant.block import BlockRecipe, QuantizedTensor, quantize
 from rankwise.quant.fake_quant import quantizable_linears
@@ -63,9 +64,11 @@ def recipe_to_dict(recipe: BlockRecipe) -> dict:
 
 def recipe_from_dict(d: dict) -> BlockRecipe:
     try:
+        if not isinstance(d, dict) or type(d["block_size"]) is not int:  # int("big") or int(2.5) would pass or raise late
+            raise TypeError(f"block_size must be an integer, got {d.get('block_size') if isinstance(d, dict) else d!r}")
         return BlockRecipe(d["name"], get_format(d["element"]), get_format(d["scale"]) if d["scale"] else None,
-                           int(d["block_size"]), bool(d["global_scale"]), d["scale_rule"], bool(d["clamp_scale_to_min_normal"]))
-    except (KeyError, TypeError) as e:
+                           d["block_size"], bool(d["global_scale"]), d["scale_rule"], bool(d["clamp_scale_to_min_normal"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CorruptFileError(f"quantization recipe is incomplete or malformed ({e!r})") from e
 
 
@@ -125,7 +128,11 @@ def load_quantized(folder: str | Path) -> tuple[PreTrainedModel, object]:
     folder = Path(folder)
     verify_manifest(folder)
     meta = read_versioned_config(folder / "quantization.json", CONFIG_KIND, CONFIG_VERSION)
-    recipe = recipe_from_dict(meta.get("recipe", {}))
+    layers = _stored_layers(meta, folder / "quantization.json")
+    try:
+        recipe = recipe_from_dict(meta.get("recipe", {}))
+    except CorruptFileError as e:
+        raise CorruptFileError(f"{folder / 'quantization.json'}: {e}") from None
     config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     cls = _model_class(meta.get("model_class"), config)
     model = (cls.from_config(config) if hasattr(cls, "from_config") else cls(config)).float()
@@ -135,8 +142,12 @@ def load_quantized(folder: str | Path) -> tuple[PreTrainedModel, object]:
         raise CorruptFileError(f"{folder / DENSE_FILE} holds parameters this model does not have: {unexpected[:5]}")
     tensors = load_tensors(folder / QUANTIZED_FILE)
     filled = set()
-    for name, shape in meta["layers"].items():
-        module = model.get_submodule(name)
+    for name, shape in layers.items():
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            raise CorruptFileError(f"{folder / 'quantization.json'} lists a layer {name!r} that the model has no module "
+                                   "of: the file was edited, or belongs to another model") from None
         if not isinstance(module, nn.Linear) or list(module.weight.shape) != shape:
             raise CorruptFileError(f"{folder}: layer {name} with shape {shape} does not match the model's {module}")
         with torch.no_grad():
@@ -149,6 +160,16 @@ def load_quantized(folder: str | Path) -> tuple[PreTrainedModel, object]:
         raise CorruptFileError(f"{folder}: parameters missing from the files: {left[:5]}")
     tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False) if (folder / "tokenizer_config.json").is_file() else None
     return model.eval(), tokenizer
+
+
+def _stored_layers(meta: dict, where: Path) -> dict[str, list[int]]:
+    """quantization.json's `layers`, {module name: [out, in]}, checked before any weight is read."""
+    layers = json_field(meta, "layers", dict, where, required=True)
+    for name, shape in layers.items():
+        if not (isinstance(shape, list) and len(shape) == 2 and all(type(d) is int and d > 0 for d in shape)):
+            raise CorruptFileError(f"{where}: layer {name!r} has shape {shape!r}, not [out, in] (two positive integers): "
+                                   "the file was edited or is not rankwise's")
+    return layers
 
 
 def _model_class(name: str | None, config):

@@ -92,7 +92,8 @@ class AdapterEntry:
 class ProcedureEntry:
     """A training procedure (`finetune --procedure NAME --procedure-option KEY=VALUE`).
 
-    builder: "module:function" (module, task, seed, config) -> `core.training.Procedure`;
+    builder: "module:function" (module, task, seed, config) -> `core.training.Procedure` (annotated with the subclass it
+             returns: its `runs_on` and `resumable` are read from it before any model is loaded);
     config:  "module:Class", a frozen dataclass whose fields are the procedure's options (parsed by `core.options`);
     trains:  "adapter" (needs an adapter --method), "base" (runs with --method full) or "both".
     What runs it (the loop, or an engine of the harness such as the federated one) is the procedure's own `engine`.

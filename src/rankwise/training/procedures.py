@@ -12,6 +12,7 @@ one `KEY=VALUE` parser (`core.options`), so nothing is declared twice.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from rankwise.registry.tables import procedure_entries
 
 # Runners other than the loop, by `Procedure.runs_on`: engines of the harness that run a procedure whole.
 RUNNERS = {"federated": "rankwise.training.federated.driver:run_procedure"}
+# ... and what each checks before any model is loaded: (procedure class, config, TrainConfig, task kind) -> None.
+RUNNER_CHECKS = {"federated": "rankwise.training.federated.driver:check_before_work"}
 
 
 def procedure_entry(name: str) -> ProcedureEntry:
@@ -40,6 +43,36 @@ def check_procedure_options(name: str, options: Mapping[str, Any]) -> Any:
     for an unknown procedure or option, a value of the wrong type or out of range, or a missing required option."""
     entry = procedure_entry(name)
     return config_from_options(resolve(entry.config), options, f"--procedure {name}", "--procedure-option")
+
+
+def procedure_class(name: str) -> type[Procedure] | None:
+    """The `Procedure` subclass that the builder of `name` returns, read from its return annotation (every registered
+    builder has one; tests/training/test_procedures.py checks it), so that its `runs_on` and `resumable` are known
+    before any model is loaded. None when the annotation names no Procedure subclass."""
+    builder = resolve(procedure_entry(name).builder)
+    try:
+        cls = typing.get_type_hints(builder).get("return")
+    except (NameError, TypeError, AttributeError):  # an annotation that does not resolve
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, Procedure) else None
+
+
+def check_procedure_run(name: str, config: Any, train: TrainConfig, task_kind: str) -> None:
+    """Before any model is loaded, what the procedure's class says about this run: a loop procedure that keeps state
+    a checkpoint cannot store refuses checkpoints (finetune's default `--checkpoint-every 50` included), and one run
+    by another engine has that engine check the job it would run (`RUNNER_CHECKS`: e.g. the federated one checks the
+    task, the rounds, the privacy target and the clients' local settings). `config`: from `check_procedure_options`;
+    `task_kind`: the task's registry kind ("text-classification", ...)."""
+    cls = procedure_class(name)
+    if cls is None:
+        return  # nothing known up front: the loop or the engine still refuses, later
+    if cls.runs_on == "loop":
+        if not cls.resumable and train.checkpoint_every:
+            raise InvalidInputError(f"--procedure {name} keeps state a checkpoint cannot store, so its runs cannot be "
+                                    "resumed: pass --checkpoint-every 0 (no checkpoints)")
+        return
+    if cls.runs_on in RUNNER_CHECKS:
+        resolve(RUNNER_CHECKS[cls.runs_on])(cls, config, train, task_kind)
 
 
 def build_procedure(name: str, module: nn.Module, task: Any, seed: int, **options: Any) -> Procedure:

@@ -25,6 +25,7 @@ clipping threshold and its double update per step are not reproduced: they void 
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -57,6 +58,10 @@ class LocalDPConfig:
     optimizer: str = "sgd"
     weight_decay: float = 0.0  # AdamW only
     chunk_size: int | None = None  # per-sample gradients in chunks of this many samples (memory), None: all at once
+    # The batch draws and the noise: False (private) from OS entropy, never recorded; True from (seed, round, step),
+    # so a rerun repeats them -- NOT PRIVATE (whoever knows the seed regenerates the noise and subtracts it): for
+    # reproductions and tests only.
+    deterministic_noise: bool = False
 
     # -- the client protocol of the federated engine (`rankwise.training.federated`) --------------------------------
     def check_roles(self, roles: Mapping[str, str]) -> None:
@@ -159,8 +164,16 @@ class RoundStats:
         return self.loss_sum / self.samples if self.samples else float("nan")
 
 
-def step_generator(seed: int, round_index: int, step: int) -> torch.Generator:
-    """The randomness (batch and noise) of one local step: a pure function of (seed, round, step), so a rerun repeats it."""
+def step_generator(seed: int, round_index: int, step: int, deterministic: bool = False) -> torch.Generator:
+    """The randomness (Poisson batch and Gaussian noise) of one local step.
+
+    Private (the default): seeded from 63 bits of OS entropy (`secrets`), drawn afresh each step and never recorded,
+    so nobody can regenerate the noise to subtract it, nor the batch draws that the privacy amplification by
+    sampling assumes hidden. torch's generator is a Mersenne Twister, not a cryptographic one; Opacus's secure mode
+    needs torchcsprng, archived and not built for current torch. `deterministic`: a pure function of (seed, round,
+    step), so a rerun repeats it -- not private; for reproductions and tests."""
+    if not deterministic:
+        return torch.Generator().manual_seed(secrets.randbits(63))
     return torch.Generator().manual_seed((seed * 1_000_003 + round_index) * 10_007 + step)
 
 
@@ -170,7 +183,8 @@ def local_round(loss: SampleLoss, params: Mapping[str, torch.Tensor], roles: Map
     """K local DP steps from `params` on `data` (tensors [n, ...], this client's examples). Returns new tensors.
 
     `loss(params, sample)` is one example's loss; `roles[name]` is "A", "B" or "other" for every tensor of `params`
-    (all of them trained; FFA-LoRA's A is simply never active). `seed` should differ per client and per job."""
+    (all of them trained; FFA-LoRA's A is simply never active). `seed` should differ per client and per job; it
+    draws the batches and the noise only under `config.deterministic_noise` (see `step_generator`)."""
     config.validate()
     bad = sorted(n for n in params if roles.get(n) not in ROLES)
     if bad:
@@ -189,7 +203,7 @@ def local_round(loss: SampleLoss, params: Mapping[str, torch.Tensor], roles: Map
     for k in range(1, config.local_steps + 1):
         factors = active_factors(config.arm, k, round_index, config.start_with)
         names = [m for m in state if roles[m] == "other" or roles[m] in factors]
-        g = step_generator(seed, round_index, k)
+        g = step_generator(seed, round_index, k, config.deterministic_noise)
         chosen = (torch.rand(n_i, generator=g) < q).nonzero().squeeze(1)
         batch = {key: t[chosen] for key, t in data.items()}
         fixed = {m: t for m, t in state.items() if m not in names}

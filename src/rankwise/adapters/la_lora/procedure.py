@@ -5,7 +5,9 @@ LA-LoRA as a training procedure: a differentially private federated job, which t
 splits the task's training set across `clients` (Dirichlet label skew, or IID), runs the rounds, and loads the global
 adapter and head into the module, which finetune then saves as a PEFT folder. `--batch-size` is each client's
 expected Poisson batch, `--lr` the local SGD rate, `--seed` the job's seed; `--steps` is unused (rounds x local steps
-are the budget). Writes `privacy.json` (each client's noise multiplier, steps and epsilon spent) beside the adapter.
+are the budget). Writes `privacy.json` (each client's noise multiplier, steps and epsilon spent, and where the noise
+came from) beside the adapter. The batch draws and the noise come from OS entropy, unrecorded, unless
+`deterministic_noise=True` (not private: a rerun repeats them; for reproductions and tests).
 
 This module holds what the method decides (the options, the client's local-round settings); the engine holds how a
 federated job runs.
@@ -49,6 +51,9 @@ class LaLoraConfig:
     start_with: str = "B"  # the factor trained in the first local step (alternating arms)
     b_lr_scale: float = 1.0
     engine: str = field(default="inprocess", metadata=option(choices=ENGINES))
+    deterministic_noise: bool = field(default=False, metadata=option(
+        help="NOT PRIVATE: draw the batches and the noise from --seed so that a rerun repeats them (whoever knows the "
+             "seed can regenerate the noise and subtract it); for reproductions and tests only"))
 
     def validate(self) -> None:
         """The checks that need neither the module nor the task (finetune runs them before the model loads)."""
@@ -84,7 +89,7 @@ class LaLoraProcedure(Procedure):
         c = self.config
         return LocalDPConfig(arm=c.arm, local_steps=c.local_steps, batch_size=batch_size, lr=lr, clip=float(c.clip),
                              smoothing=c.smoothing, start_with=c.start_with, b_lr_scale=float(c.b_lr_scale),
-                             optimizer=c.optimizer, weight_decay=weight_decay)
+                             optimizer=c.optimizer, weight_decay=weight_decay, deterministic_noise=c.deterministic_noise)
 
 
 def la_lora_procedure(module: nn.Module, task: Any, seed: int, config: LaLoraConfig | None = None, **options: Any) -> LaLoraProcedure:

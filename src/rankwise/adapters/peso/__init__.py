@@ -23,6 +23,8 @@ exactly 0, so the term and its gradient are exactly 0 rather than rounding noise
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,13 +169,19 @@ def read_saved_adapter(folder: str | Path) -> SavedAdapter:
     return chosen
 
 
-def inherit(adapted: AdaptedModel, previous: str | Path | SavedAdapter, adapter_name: str = "default") -> Snapshot:
+def inherit(adapted: AdaptedModel, previous: str | Path | SavedAdapter, adapter_name: str = "default",
+            prefix: str = "") -> Snapshot:
     """Continue from the previous stage: copy its LoRA factors into adapter `adapter_name`; return them as the anchor.
 
-    Refuses (InvalidInputError, before changing anything) a previous adapter of another method, rank, scaling,
-    initialisation or set of modules: its factors would mean something else here.
+    `prefix`: where `adapted` sits in the module the previous adapter was saved from ("model." for a classifier,
+    whose saved module names are relative to the classifier, as PEFT reads them). Refuses (InvalidInputError, before
+    changing anything) a previous adapter of another method, rank, scaling, initialisation or set of modules: its
+    factors would mean something else here.
     """
     saved = previous if isinstance(previous, SavedAdapter) else read_saved_adapter(previous)
+    if prefix and saved.modules and all(m.startswith(prefix) for m in saved.modules):
+        saved = dataclasses.replace(saved, modules=[m[len(prefix):] for m in saved.modules],
+                                    state={k[len(prefix):] if k.startswith(prefix) else k: v for k, v in saved.state.items()})
     where = "the previous adapter" if isinstance(previous, SavedAdapter) else str(previous)
     config = adapted.configs.get(adapter_name)
     if not isinstance(config, LoraConfig):
@@ -192,7 +200,8 @@ def inherit(adapted: AdaptedModel, previous: str | Path | SavedAdapter, adapter_
     if mismatch:
         told = "; ".join(f"{k}: previous {a}, here {b}" for k, a, b in mismatch)
         raise InvalidInputError(f"{where}: the previous stage's adapter does not match this one ({told}); "
-                                "use the same --rank, --targets and LoRA options in every stage")
+                                "use the same --rank, --targets, LoRA options and kind of task (language model or "
+                                "classifier) in every stage")
     values = {}
     for name, (a, b) in current.items():
         a0, b0 = saved.state.get(f"{name}.A"), saved.state.get(f"{name}.B")

@@ -71,11 +71,12 @@ class PesoProcedure(Procedure):
                 "peso_lam": self.regularizer.lam, "peso_proximal": self.regularizer.kind, "peso_eps": self.regularizer.eps}
 
 
-def find_adapted(module: nn.Module) -> AdaptedModel:
-    """The AdaptedModel inside a task's module (the module itself, or e.g. a classifier's wrapped model)."""
-    for m in module.modules():
+def find_adapted(module: nn.Module) -> tuple[str, AdaptedModel]:
+    """The AdaptedModel inside a task's module (the module itself, or e.g. a classifier's wrapped model), and its
+    module path there as a prefix ("" or "model.", the prefix `finetune` saves a classifier's adapter with)."""
+    for name, m in module.named_modules():
         if isinstance(m, AdaptedModel):
-            return m
+            return (f"{name}." if name else ""), m
     raise InvalidInputError("--procedure peso trains an adapter: the module holds no AdaptedModel (use --method lora)")
 
 
@@ -83,8 +84,8 @@ def peso_procedure(module: nn.Module, task: Any, seed: int, config: PesoConfig |
     """The builder behind `--procedure peso`: inherit the previous stage's adapter and anchor the proximal term to it."""
     config = config_or_options(PesoConfig, config, options, "--procedure peso")
     folder = Path(str(config.previous))
-    adapted = find_adapted(module)
-    anchor = inherit(adapted, folder, config.adapter)
+    prefix, adapted = find_adapted(module)
+    anchor = inherit(adapted, folder, config.adapter, prefix)
     weights = sorted(folder.glob("*.safetensors"))
     digest = ",".join(f"{p.name}:{sha256_of(p)[:16]}" for p in weights)
     return PesoProcedure(adapted, ProximalRegularizer(anchor, config.lam, config.proximal, config.eps), config.adapter,

@@ -20,14 +20,15 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.initialization import no_init_weights
 
 from rankwise.compress.mla.layout import CONFIG_KEY, FORMAT, decoder_layers, kv_layout, mla_info
+from rankwise.compress.mla.modules import LowRankLinear
+from rankwise.core.io import load_tensors, read_json, save_model_folder, verify_manifest, write_json_atomic
+from rankwise.errors import CorruptFileError, InvalidInputError
 
 # The folder's own identity in config.json: a name stock transformers does not know, so it refuses the folder instead
 # of loading it as a Llama with random K/V projections.
 MODEL_TYPE = "rankwise-mla-oneshot"
 ARCHITECTURE = "RankwiseMLAOneShotForCausalLM"
-from rankwise.compress.mla.modules import LowRankLinear
-from rankwise.core.io import load_tensors, read_json, save_model_folder, verify_manifest, write_json_atomic
-from rankwise.errors import CorruptFileError, InvalidInputError
+WEIGHTS_PREFIX = "mla-"  # weight files as mla-model.safetensors: no stock loader looks for that name
 
 
 def save_mla(model: PreTrainedModel, folder: str | Path, tokenizer: PreTrainedTokenizerBase | None = None,
@@ -41,6 +42,7 @@ def save_mla(model: PreTrainedModel, folder: str | Path, tokenizer: PreTrainedTo
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         _declare_own_architecture(tmp / "config.json")
+        _hide_weights_from_stock_loaders(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
 
@@ -62,6 +64,14 @@ def _declare_own_architecture(path: Path) -> None:
     config["model_type"] = MODEL_TYPE
     config["architectures"] = [ARCHITECTURE]
     write_json_atomic(path, config)
+
+
+def _hide_weights_from_stock_loaders(folder: Path) -> None:
+    """Rename the weight files (and a shard index) with a `WEIGHTS_PREFIX`, so that a stock class called directly
+    (`LlamaForCausalLM.from_pretrained(DIR)`, which only warns about the model_type) finds no weights and refuses,
+    instead of loading the model with k_proj/v_proj freshly initialised. `load_mla` reads every *.safetensors."""
+    for path in sorted(folder.glob("*.safetensors*")):
+        path.rename(folder / f"{WEIGHTS_PREFIX}{path.name}")
 
 
 def _base_config(folder: Path) -> PretrainedConfig:
@@ -118,7 +128,10 @@ def load_mla(folder: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBa
         raise CorruptFileError(f"{folder}: weights do not match the recorded ranks (missing {sorted(set(missing) - tied)[:3]}, unexpected {unexpected[:3]})")
     model.tie_weights()
     model.float().eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False) if (folder / "tokenizer_config.json").is_file() else None
+    # The base architecture's config, given: reading config.json itself, AutoTokenizer would warn that our model_type
+    # is not the one it instantiates.
+    tokenizer = (AutoTokenizer.from_pretrained(folder, config=config, trust_remote_code=False)
+                 if (folder / "tokenizer_config.json").is_file() else None)
     return model, tokenizer
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from rankwise.core.io import load_tensors, read_versioned_config, save_model_folder, save_tensors_atomic, verify_manifest, write_versioned_config
+from rankwise.core.json_fields import json_field
 from rankwise.errors import CorruptFileError, InvalidInputError
 
 KIND = "rankwise-train-checkpoint"
@@ -68,8 +69,15 @@ def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
     """
     verify_manifest(folder)
     meta = read_versioned_config(folder / "trainer.json", KIND, VERSION)
+    check_meta(folder / "trainer.json", meta)
     check_same_run(folder, meta.get("run") or {}, expected_run)
     tensors = load_tensors(folder / "state.safetensors")
+    rng = tensors.get("rng/torch")
+    # What torch.get_rng_state() wrote, checked before any parameter is overwritten.
+    if rng is None or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
+        raise CorruptFileError(f"{folder / 'state.safetensors'} holds no valid RNG state (rng/torch: "
+                               f"{'missing' if rng is None else f'{rng.dtype}, shape {tuple(rng.shape)}'}); delete the "
+                               "checkpoint folder to start over")
     params = trainable(module)
     saved = {k[len("param/") :] for k in tensors if k.startswith("param/")}
     if saved != set(params):
@@ -90,6 +98,7 @@ def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
         prefix = f"optim/{n}/"
         entries = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
         if entries:
+            check_moment_shapes(folder, n, p, entries)
             # Fresh (64-byte aligned) copies: BLAS may round differently on tensors viewed at odd offsets of the
             # file buffer, which would break bit-exact resume of optimizers that multiply their state (LoRA-Pre).
             restored[order[id(p)]] = {k: v.clone() for k, v in entries.items()}
@@ -98,10 +107,44 @@ def load_checkpoint(folder: Path, module: nn.Module, optimizer: torch.optim.Opti
         optimizer.load_state_dict(state)
     except (ValueError, KeyError, RuntimeError) as e:
         raise CorruptFileError(f"the optimizer state in {folder} cannot be restored ({e})") from e
-    torch.set_rng_state(tensors["rng/torch"])
+    try:
+        torch.set_rng_state(rng)
+    except (RuntimeError, TypeError) as e:  # e.g. a state of the wrong size for this torch's generator
+        raise CorruptFileError(f"the RNG state in {folder / 'state.safetensors'} cannot be restored ({e}); delete the "
+                               "checkpoint folder to start over") from e
     if extra is not None:
         extra.update({k[len("procedure/") :]: v.clone() for k, v in tensors.items() if k.startswith("procedure/")})
     return meta
+
+
+def check_meta(path: Path, meta: dict[str, Any]) -> None:
+    """trainer.json's fields the loop reads on resume, typed: the step it resumes from (an integer, 0 <= step <=
+    the run's steps), the history and evaluations (lists of records) and the run's settings (an object). A crafted
+    or hand-edited file is refused by name, not resumed from a wrong step."""
+    step = json_field(meta, "step", int, path, required=True)
+    run = json_field(meta, "run", dict, path, {})
+    steps = run.get("steps")
+    if step < 0 or (type(steps) is int and step > steps):
+        raise CorruptFileError(f"{path}: step {step} is outside the run's 0..{steps if type(steps) is int else '?'} steps: "
+                               "the file was edited; delete the checkpoint folder to start over")
+    for key in ("history", "evals"):
+        records = json_field(meta, key, list, path, [])
+        if not all(isinstance(r, dict) for r in records):
+            raise CorruptFileError(f"{path}: field {key!r} must be a list of JSON objects (one per step or evaluation): "
+                                   "the file was edited; delete the checkpoint folder to start over")
+
+
+# Per-parameter moments of torch's optimizers: the parameter's own shape (LoRA-Pre's factors are shaped otherwise).
+_MOMENTS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer")
+
+
+def check_moment_shapes(folder: Path, name: str, param: torch.Tensor, entries: dict[str, torch.Tensor]) -> None:
+    """Refuse a saved moment whose shape is not its parameter's: torch would accept it and fail (or broadcast) at the
+    first optimizer step, after the resume was reported."""
+    for key, value in entries.items():
+        if key in _MOMENTS and value.shape != param.shape:
+            raise CorruptFileError(f"the optimizer state {key} of {name} in {folder} has shape {tuple(value.shape)}, the "
+                                   f"parameter {tuple(param.shape)}: the checkpoint is damaged; delete it to start over")
 
 
 _MISSING = object()

@@ -34,7 +34,7 @@ from rankwise.core.training.guard import check_covers, grad_norm, nonfinite_erro
 from rankwise.core.training.optimizer import OptimizerFactory, adamw, optimizer_label
 from rankwise.core.training.procedure import Procedure
 from rankwise.core.training.schedule import lr_at
-from rankwise.errors import InvalidInputError
+from rankwise.errors import InvalidInputError, NumericalError
 
 
 def batch_indices(micro_batch: int, batch_size: int, num_train: int, seed: int) -> torch.Tensor:
@@ -179,7 +179,7 @@ def train(
         if stats[2] > 0:
             opt.zero_grad(set_to_none=True)
             what = bad if bad is not None else "non-finite on another rank"
-            _stop(f"the loss became {what} at step {step + 1}", ckpt, result)
+            _stop(f"the loss became {what} at step {step + 1}", ckpt, result, before_any_update=step == start_step == 0)
         norm = grad_norm(params, config.max_grad_norm)
         if not math.isfinite(norm):
             _stop(f"the gradient norm became {norm} at step {step + 1}", ckpt, result)
@@ -278,9 +278,15 @@ def _evaluate(task: Task, module: nn.Module) -> dict[str, float]:
     return distributed.average_metrics(task.evaluate(module))
 
 
-def _stop(what: str, ckpt: Path | None, result: TrainResult) -> None:
+def _stop(what: str, ckpt: Path | None, result: TrainResult, before_any_update: bool = False) -> None:
+    if before_any_update:  # the model as built already gives a non-finite loss: no rate or clipping can help
+        raise NumericalError(f"training stopped: {what}, before any update, so the learning rate is not the cause: the "
+                             "model as built gives a non-finite loss (check the method's options, e.g. a huge scaling, "
+                             "the model's weights, or the inputs)")
+    # Resuming repeats the same steps (a changed --lr is refused as another run): the advice is to start afresh.
     kept = (
-        f"the last good checkpoint is kept in {ckpt} (resume from it with a lower learning rate)"
+        f"the last good checkpoint is kept in {ckpt}, but resuming it would repeat the same steps: start afresh "
+        "(--no-resume, or another output folder)"
         if ckpt is not None and (ckpt / "trainer.json").is_file()
         else "no checkpoint was written yet"
     )

@@ -25,7 +25,8 @@ NAME`), "base" (it trains the model's own weights: `finetune --method full --pro
 "both" (either). A procedure lives in its method's package beside the maths, with a builder
 `(module, task, seed, config) -> Procedure` whose `config` is a frozen dataclass (`core.options`); the method's
 registry record names both, which is how `rankwise finetune --procedure NAME --procedure-option KEY=VALUE` finds
-them (`rankwise.training.procedures`).
+them (`rankwise.training.procedures`). The builder's return annotation names the Procedure subclass, so that its
+`runs_on` and `resumable` are known before any model is loaded (`training.procedures.procedure_class`).
 """
 
 from __future__ import annotations

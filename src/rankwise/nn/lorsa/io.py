@@ -21,6 +21,7 @@ from rankwise.core.io import (
     verify_manifest,
     write_versioned_config,
 )
+from rankwise.core.json_fields import json_field
 from rankwise.errors import CorruptFileError, InvalidInputError
 from rankwise.nn.lorsa.config import LorsaConfig
 from rankwise.nn.lorsa.layer import Lorsa
@@ -52,7 +53,8 @@ def load_lorsa(path: str | os.PathLike) -> tuple[Lorsa, dict[str, Any]]:
         raise CorruptFileError(f"{path} is not a folder written by save_lorsa")
     verify_manifest(path)
     meta = read_versioned_config(path / CONFIG_FILE, FORMAT, VERSION)
-    lorsa = Lorsa(LorsaConfig.from_dict(meta["config"]))
+    lorsa = Lorsa(LorsaConfig.from_dict(json_field(meta, "config", dict, path / CONFIG_FILE, required=True)))
+    source = json_field(meta, "source", dict, path / CONFIG_FILE, {})  # checked before the weights load
     dtype = getattr(torch, str(meta.get("dtype", "float32")), None)
     if not isinstance(dtype, torch.dtype):
         raise CorruptFileError(f"{path / CONFIG_FILE} names an unknown dtype {meta.get('dtype')!r}")
@@ -61,4 +63,4 @@ def load_lorsa(path: str | os.PathLike) -> tuple[Lorsa, dict[str, Any]]:
         lorsa.load_state_dict(load_tensors(path / WEIGHTS_FILE))
     except RuntimeError as e:
         raise CorruptFileError(f"{path / WEIGHTS_FILE} does not match the config in {CONFIG_FILE} ({e})") from e
-    return lorsa.eval(), dict(meta.get("source") or {})
+    return lorsa.eval(), dict(source)

@@ -134,7 +134,8 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
         if key not in runs:
             fm = build(run_seed)
             cfg = FederatedConfig(rounds=s.rounds, clients_per_round=s.per_round, epsilon=eps, delta=DELTA, seed=run_seed,
-                                  local=LocalDPConfig(arm=arm, local_steps=s.local_steps, batch_size=s.batch, lr=lr, clip=s.clip))
+                                  local=LocalDPConfig(arm=arm, local_steps=s.local_steps, batch_size=s.batch, lr=lr, clip=s.clip,
+                                                      deterministic_noise=True))  # a reproduction reruns: not private
             res = run_federated(fm, feats["train"], parts, cfg)
             fm.set_tensors(res.parameters)
             runs[key] = {"val": accuracy(fm.module, feats["val"]), "test": accuracy(fm.module, feats["test"]),

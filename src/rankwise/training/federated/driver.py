@@ -4,7 +4,9 @@
 `run_procedure` splits the task's training set across the procedure's clients, plans and runs the job on Flower
 (`job.run_federated`), loads the global tensors into the module and returns a `TrainResult` as the loop would
 (rounds as steps). The procedure says what the method decides: its `config` (clients, rounds, the privacy target,
-the data split, the engine) and `local_config(batch_size, lr, weight_decay)` (each client's local round).
+the data split, the engine) and `local_config(batch_size, lr, weight_decay)` (each client's local round). Both come
+from its settings alone: a federated procedure is built as `cls(config, seed)`, so `check_before_work` can build
+and check the job it would run before any model is loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import nn
 from rankwise.core.io import write_json_atomic
 from rankwise.core.progress import say
 from rankwise.core.training import Procedure, TrainConfig, TrainResult
+from rankwise.errors import InvalidInputError
 from rankwise.training.federated.config import FederatedConfig
 from rankwise.training.federated.job import run_federated
 from rankwise.training.federated.models import classifier_model
@@ -35,6 +38,27 @@ def job_config(procedure: Any, config: TrainConfig) -> FederatedConfig:
                            epsilon=None if epsilon is None else float(epsilon), delta=float(o.delta),
                            noise_multiplier=None if o.noise_multiplier is None else float(o.noise_multiplier),
                            seed=config.seed, engine=o.engine)
+
+
+TASK_KINDS = ("text-classification",)  # what `run_procedure` can split across clients (token ids and labels)
+
+
+def check_before_work(procedure_cls: type[Procedure], options: Any, config: TrainConfig, task_kind: str) -> None:
+    """What `run_procedure` would refuse, checked before any model is loaded (`training.procedures.check_procedure_run`):
+    a task it can split, and the job itself -- rounds, privacy target, clients per round and the clients' local
+    settings -- built from the procedure `procedure_cls(options, seed)` as `run_procedure` builds it."""
+    name = procedure_cls.name
+    if task_kind not in TASK_KINDS:
+        raise InvalidInputError(f"--procedure {name} runs a federated classification job: it needs a "
+                                f"{' or '.join(TASK_KINDS)} task (e.g. --task wiki-topics), not a {task_kind} one")
+    try:
+        job = job_config(procedure_cls(options, config.seed), config)
+        job.validate()
+        clients, per_round = getattr(options, "clients", None), job.clients_per_round
+        if per_round is not None and isinstance(clients, int) and not 1 <= per_round <= clients:
+            raise InvalidInputError(f"clients_per_round must be between 1 and the {clients} clients, got {per_round!r}")
+    except InvalidInputError as e:  # the job's own words, said of the flag that set it
+        raise InvalidInputError(f"--procedure {name} (--procedure-option): {e}") from None
 
 
 def run_procedure(procedure: Procedure, module: nn.Module, task: Any, config: TrainConfig, out_dir: str | Path | None,
@@ -63,7 +87,8 @@ def run_procedure(procedure: Procedure, module: nn.Module, task: Any, config: Tr
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         write_json_atomic(Path(out_dir) / "privacy.json", {"arm": o.arm, "delta": job.delta, "target_epsilon": job.epsilon,
-                                                            "client_sizes": [len(p) for p in parts], **result.privacy()})
+                                                            "client_sizes": [len(p) for p in parts], "noise_source": noise_source(job.local),
+                                                            **result.privacy()})
     history = [{"step": r["round"], "loss": r["loss"], "lr": config.lr, "grad_norm": float("nan"), "tokens": 0.0,
                 "clipped_fraction": r["clipped_fraction"]} for r in result.rounds]
     # The clients' local SGD keeps no state across rounds (AdamW's is rebuilt each round): an empty optimizer over
@@ -81,3 +106,10 @@ def client_builder(run_config: Mapping[str, Any], task: Any) -> tuple[str, dict[
     adapter = {"rank": run_config["rank"], "targets": targets, "top_k_layers": run_config.get("top_k_layers"), "options": options}
     return ("rankwise.training.federated.models:adapted_classifier",
             {"base": {"embedded": run_config["model"]}, "num_labels": task.num_labels, "adapter": adapter})
+
+
+def noise_source(local: Any) -> str:
+    """Where the clients' batch draws and noise came from, for the run's record: only OS entropy is private."""
+    if getattr(local, "deterministic_noise", False):
+        return "deterministic from the seed: NOT PRIVATE (reproductions and tests only)"
+    return "OS entropy, not recorded"
