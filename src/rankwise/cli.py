@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         # The last line of defence for what the user's file system refuses (a file they cannot read, a name too long)
         # wherever no check said it first: a path and the system's words, not a traceback. Anything else is a bug.
-        if debug or not _is_path_refusal(e):
+        if debug or not (_is_path_refusal(e) or e.errno in FULL_ERRNOS):
             raise
         if fresh_out:
             _drop_bare_run_folder(out)
@@ -129,6 +129,11 @@ PATH_ERRNOS = {errno.EACCES: "check its permissions", errno.EPERM: "check its pe
                errno.ENOTDIR: "a part of the path is a file, not a folder", errno.EISDIR: "it is a folder, not a file"}
 
 
+# A full disk or quota mid-write: every rankwise write goes to a temporary beside its target and is renamed into place
+# only when complete, so what was there before (an earlier checkpoint or output) is intact, and the user can say so.
+FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+
+
 def _is_path_refusal(e: OSError) -> bool:
     return e.errno in PATH_ERRNOS and e.filename is not None
 
@@ -136,6 +141,11 @@ def _is_path_refusal(e: OSError) -> bool:
 def _path_refusal(e: OSError) -> str:
     from rankwise.core.path_limits import shown
 
+    if e.errno in FULL_ERRNOS:
+        where = f" while writing {shown(str(e.filename))}" if e.filename else ""
+        return (f"{e.strerror or 'no space left on the device'}{where}. Every write is atomic, so what was on disk "
+                "before it (an earlier checkpoint, an earlier output) is intact: free some space and rerun the same "
+                "command (a training run resumes from its last checkpoint)")
     return f"{shown(str(e.filename))}: {e.strerror}; {PATH_ERRNOS[e.errno]}"
 
 

@@ -80,3 +80,10 @@ def test_resume_accepts_an_option_given_at_its_default(trained, capsys):
     assert main([*TRAIN, "--model", "base", "--out", "run", "--option", "lora_alpha=8"]) == 0  # LoraConfig's default
     assert main([*TRAIN, "--model", "base", "--out", "run", "--option", "lora_alpha=16"]) == 2
     assert "option lora_alpha (checkpoint 8.0, now 16" in capsys.readouterr().err
+
+
+def test_a_run_inside_its_own_base_folder_is_refused(tmp_path, capsys):
+    _model_folder(tmp_path / "base", seed=0)
+    assert main([*TRAIN, "--model", str(tmp_path / "base"), "--out", str(tmp_path / "base" / "run")]) == 2
+    assert "lies inside --model" in capsys.readouterr().err
+    assert not (tmp_path / "base" / "run").exists()

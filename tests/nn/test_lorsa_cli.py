@@ -65,3 +65,12 @@ def test_a_crafted_source_is_refused_before_the_model_loads(saved, capsys, monke
     err = capsys.readouterr().err
     assert err.startswith("rankwise: error:") and "Traceback" not in err
     assert re.search(says, err), err
+
+
+def test_lorsa_top_on_a_folder_of_another_kind_says_what_it_expected(tmp_path, capsys):
+    from rankwise.cli import main
+    from rankwise.models import tiny_llama
+
+    tiny_llama(num_layers=1).save_pretrained(tmp_path / "model")
+    assert main(["lorsa", "top", str(tmp_path / "model"), "--head", "0"]) == 2
+    assert "not a fitted Lorsa folder" in capsys.readouterr().err

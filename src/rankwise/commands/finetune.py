@@ -104,7 +104,11 @@ def check_arguments(args: argparse.Namespace) -> dict:
     if folders.model_inputs(info) != entry.inputs:
         raise InvalidInputError(f"--task {args.task} reads {entry.inputs} and --model {args.model} reads "
                                 f"{folders.model_inputs(info)}: pick a task for that model (`rankwise finetune --help`)")
-    check_output(args.out, run="finetune")
+    check_output(args.out, run="finetune", sources=() if args.model in folders.EMBEDDED_MODELS else (args.model,))
+    if args.model not in folders.EMBEDDED_MODELS and Path(args.model).resolve() in Path(args.out).resolve().parents:
+        # the run would add files to the base it trains, whose recorded content digest would then be stale
+        raise InvalidInputError(f"--out {args.out} lies inside --model {args.model}: a run must not write into the model "
+                                "it trains; choose an output folder outside it")
     options = parse_key_values(args.option)
     if args.procedure_option and not args.procedure:
         raise InvalidInputError("--procedure-option needs --procedure")

@@ -51,6 +51,9 @@ def load_lorsa(path: str | os.PathLike) -> tuple[Lorsa, dict[str, Any]]:
     path = Path(path)
     if not path.is_dir():
         raise CorruptFileError(f"{path} is not a folder written by save_lorsa")
+    if not (path / CONFIG_FILE).is_file():  # another kind of folder (a model, a run): say what was expected
+        raise InvalidInputError(f"{path} is not a fitted Lorsa folder (no {CONFIG_FILE}): pass the folder that "
+                                "`rankwise repro lorsa` or `rankwise.nn.lorsa.save_lorsa` wrote")
     verify_manifest(path)
     meta = read_versioned_config(path / CONFIG_FILE, FORMAT, VERSION)
     lorsa = Lorsa(LorsaConfig.from_dict(json_field(meta, "config", dict, path / CONFIG_FILE, required=True)))
