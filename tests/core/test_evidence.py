@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from rankwise.core.arms import select_from_scores, select_on_validation
+from rankwise.core.discrimination import comparison
 from rankwise.core.evidence import (
     Claim,
     ClaimKind,
@@ -248,7 +249,7 @@ def test_arms_table_flags_edges_and_budget_mismatch(tmp_path):
 def _mixed(size, paper_values):
     r = _report(size)
     for i, v in enumerate(paper_values):
-        r.claim(f"paper{i}", "d", v, ">", 0.0, kind=ClaimKind.PAPER)
+        r.claim(f"paper{i}", "d", v, ">", 0.0, kind=ClaimKind.PAPER, discriminates=comparison("baseline"))
     r.claim("inv", "d", -1.0, ">", 0.0, kind="invariant")
     r.claim("san", "d", -1.0, ">", 0.0, kind="sanity")
     r.claim("old", "d", -1.0, ">", 0.0)
@@ -292,7 +293,7 @@ def test_json_round_trip_fields(tmp_path):
     r.claim("c", "exact", 0.0, "<=", 0.0, kind="invariant")
     r.finish().write(tmp_path)
     data = json.loads((tmp_path / "report.json").read_text())
-    assert data["protocol"] == PROTOCOL == 2 and data["reproduced"] is True and data["passed"] is True
+    assert data["protocol"] == PROTOCOL == 3 and data["reproduced"] is True and data["passed"] is True
     assert data["verdicts"]["paper"] == {"PASS": 1, "FAIL": 0, "INCONCLUSIVE": 0}
     p, c = data["claims"]
     c0 = r.claims[0]
@@ -319,21 +320,22 @@ def _versioned(threshold, measured=1.0, extra=True, size="full"):
 
 
 def test_history_records_changes_and_is_kept_across_writes(tmp_path):
-    _versioned(0.1).write(tmp_path)
+    # smoke reports (development runs) may change a claim's definition; full ones refuse it (test_discrimination)
+    _versioned(0.1, size="smoke").write(tmp_path)
     assert json.loads((tmp_path / "report.json").read_text())["history"] == []
-    _versioned(0.2).write(tmp_path)
+    _versioned(0.2, size="smoke").write(tmp_path)
     h = json.loads((tmp_path / "report.json").read_text())["history"]
     assert len(h) == 1 and h[0]["claim"] == "gain" and h[0]["when"].endswith("+00:00")
     assert h[0]["before"]["threshold"] == 0.1 and h[0]["after"]["threshold"] == 0.2
-    _versioned(0.2).write(tmp_path)  # nothing changed: nothing appended
+    _versioned(0.2, size="smoke").write(tmp_path)  # nothing changed: nothing appended
     assert len(json.loads((tmp_path / "report.json").read_text())["history"]) == 1
-    _versioned(0.2, measured=0.0, extra=False).write(tmp_path)  # verdict changes, a claim disappears
+    _versioned(0.2, measured=0.0, extra=False, size="smoke").write(tmp_path)  # verdict changes, a claim disappears
     h = json.loads((tmp_path / "report.json").read_text())["history"]
     assert len(h) == 3 and h[0]["before"]["threshold"] == 0.1
     assert h[1]["claim"] == "gain" and (h[1]["before"]["verdict"], h[1]["after"]["verdict"]) == ("PASS", "FAIL")
     assert h[2]["claim"] == "inv" and h[2]["after"] is None
     assert "## Claim history" in (tmp_path / "report.md").read_text()
-    _versioned(0.3, size="smoke").write(tmp_path)  # another size is another report: no history carried
+    _versioned(0.3, size="full").write(tmp_path)  # another size is another report: no history carried
     assert json.loads((tmp_path / "report.json").read_text())["history"] == []
 
 

@@ -26,6 +26,7 @@ e.g. all-zero differences against `> 0`, is a FAIL and never a PASS. `<` and `<=
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import operator
@@ -37,7 +38,11 @@ from typing import Any, Union
 
 import numpy as np
 
+from rankwise.core.discrimination import (COMPARISON, CONTROL, CONTROL_NOT_MEASURED, CONTROL_UNJUDGED, DISCRIMINATES,
+                                          NOT_DISCRIMINATING, UNDECLARED, Discrimination, comparison)
 from rankwise.errors import InvalidInputError
+
+PAIRED_BASELINE = "the paired baseline"  # the arm a PairedClaim is a comparison with, when it names none
 
 
 class ClaimKind(str, Enum):
@@ -155,6 +160,12 @@ class _ClaimBase:
     op: str
     threshold: float
     kind: ClaimKind | None = None
+    # How a paper claim could have failed (`core.discrimination`); only paper claims declare it.
+    discriminates: Discrimination | None = None
+    # The set-up the claim is judged on (model, data, sizes), part of its fingerprint: another testbed is another claim.
+    testbed: str = ""
+    # Declared after an earlier verdict of a claim it replaces: said in the report, never hidden.
+    post_hoc: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -163,6 +174,59 @@ class _ClaimBase:
             raise InvalidInputError(f"claim {self.name!r}: op must be one of {sorted(OPS)}, got {self.op!r}")
         self.threshold = _finite_float(self.threshold, f"claim {self.name!r}: threshold")
         self.kind = as_kind(self.kind)
+        if self.discriminates is not None and not isinstance(self.discriminates, Discrimination):
+            raise InvalidInputError(f"claim {self.name!r}: discriminates takes core.discrimination.comparison(arm) or "
+                                    f"control(arm), got {self.discriminates!r}")
+        if self.discriminates is not None and self.kind is not ClaimKind.PAPER:
+            raise InvalidInputError(f"claim {self.name!r}: only paper claims declare how they discriminate (this one is "
+                                    f"{kind_label(self.kind)})")
+        self._control: _ClaimBase | None = None
+
+    # -- discrimination -------------------------------------------------------------------------------------------
+    def _declared_discrimination(self) -> Discrimination | None:
+        return self.discriminates
+
+    def measure_control(self, *values: Any) -> _ClaimBase:
+        """Evaluate this claim's own test on its control arm (the same arguments `measure` takes)."""
+        d = self._declared_discrimination()
+        if d is None or d.how != CONTROL:
+            raise InvalidInputError(f"claim {self.name!r} declares no control arm: declare discriminates=control(arm)")
+        if self._control is not None:
+            raise InvalidInputError(f"claim {self.name!r}: its control is already measured")
+        shadow = dataclasses.replace(self, name=f"{self.name} [control: {d.arm}]", kind=None, discriminates=None)
+        shadow.measure(*values)  # type: ignore[attr-defined]
+        self._control = shadow
+        return self
+
+    @property
+    def control_verdict(self) -> Verdict | None:
+        return None if self._control is None else self._control.verdict
+
+    @property
+    def discrimination_status(self) -> str | None:
+        """For a paper claim, whether a PASS of it is evidence (`core.discrimination`'s statuses); None otherwise."""
+        if self.kind is not ClaimKind.PAPER:
+            return None
+        d = self._declared_discrimination()
+        if d is None:
+            return UNDECLARED
+        if d.how == COMPARISON:
+            return DISCRIMINATES
+        if self._control is None or not self._control.is_measured:
+            return CONTROL_NOT_MEASURED
+        verdict, reason = self._control._judge()
+        if verdict is Verdict.FAIL and reason is not None:  # no finite value: it did not fail the test, it has none
+            return CONTROL_UNJUDGED
+        return NOT_DISCRIMINATING if verdict is Verdict.PASS else DISCRIMINATES
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of what the claim tests (kind, shape, op, threshold, how it discriminates, testbed, unit): once a
+        verdict exists under this name, a report refuses to judge another definition under it."""
+        d = self._declared_discrimination()
+        parts = [kind_label(self.kind), self.shape, self.op, repr(self.threshold), "" if d is None else f"{d.how}:{d.arm}",
+                 self.testbed, str(getattr(self, "unit", ""))]
+        return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
     # Subclasses define: `shape`, `is_measured`, `measured`, `test`, `_judge()`.
     shape = "deterministic"
@@ -188,9 +252,17 @@ class _ClaimBase:
 
     def _base_dict(self) -> dict[str, Any]:
         verdict, reason = self._judge()
-        return {"name": self.name, "description": self.description, "kind": kind_label(self.kind), "type": self.shape,
-                "verdict": verdict.value, "reason": reason, "passed": verdict is Verdict.PASS, "measured": self.measured,
-                "op": self.op, "threshold": self.threshold, "test": self.test}
+        d = self._declared_discrimination()
+        out = {"name": self.name, "description": self.description, "kind": kind_label(self.kind), "type": self.shape,
+               "verdict": verdict.value, "reason": reason, "passed": verdict is Verdict.PASS, "measured": self.measured,
+               "op": self.op, "threshold": self.threshold, "test": self.test, "fingerprint": self.fingerprint,
+               "testbed": self.testbed, "post_hoc": self.post_hoc}
+        if self.kind is ClaimKind.PAPER:
+            out["discrimination"] = {**(d.to_dict() if d else {"how": None, "arm": None}),
+                                     "status": self.discrimination_status,
+                                     "control_verdict": None if self.control_verdict is None else self.control_verdict.value,
+                                     "control_measured": None if self._control is None else self._control.measured}
+        return out
 
 
 @dataclass
@@ -312,6 +384,10 @@ class PairedClaim(_StochasticClaim):
     method_values: tuple[float, ...] | None = field(default=None, init=False)
     baseline_values: tuple[float, ...] | None = field(default=None, init=False)
     shape = "paired"
+
+    def _declared_discrimination(self) -> Discrimination | None:
+        # Its baseline is measured under the same seeds in the same run: a comparison unless it says otherwise.
+        return self.discriminates or comparison(PAIRED_BASELINE)
     _what = f"paired bootstrap {CONFIDENCE:.0%} CI of mean(method - baseline)"
 
     def measure(self, method_values: Sequence[float], baseline_values: Sequence[float]) -> PairedClaim:

@@ -29,12 +29,13 @@ from rankwise.core.evidence import (
 )
 from rankwise.core.io import read_json, write_bytes_atomic, write_json_atomic, write_text_atomic
 from rankwise.errors import CorruptFileError, InvalidInputError
+from rankwise.registry.records import claim_is_evidence
 
 __all__ = ["SIZES", "PROTOCOL", "SMOKE_NOTE", "Claim", "PairedClaim", "SampleClaim", "ClaimKind", "Verdict", "Table",
            "Report", "environment", "load_report_summary"]
 
 SIZES = ("smoke", "full")
-PROTOCOL = 2  # report.json schema: 2 = claims with kinds and verdicts, arms, history
+PROTOCOL = 3  # report.json schema: 2 = claims with kinds and verdicts, arms, history; 3 = + discrimination, fingerprints, retired
 SMOKE_NOTE = ("Smoke run: tiny models and few steps, so its claims are NOT expected to hold; "
               "only `full` runs are evidence.")
 _KIND_TITLES = {
@@ -116,6 +117,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
+    # Claims of the previous report at this folder that this run no longer declares (replaced or dropped after their
+    # verdict): their last state stays in the report and in `reproduced`.
+    retired: list[dict[str, Any]] = field(default_factory=list)
     wall_time_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -164,20 +168,21 @@ class Report:
         return c.measure(method_values, baseline_values)
 
     def claim(self, name: str, description: str, measured: float | None, op: str, threshold: float,
-              *, kind: ClaimKind | str | None = None) -> Claim:
-        """Declare and measure a deterministic claim in one call. Without `kind` it is unclassified."""
-        c = Claim(name, description, op, threshold, kind)
+              *, kind: ClaimKind | str | None = None, **definition: Any) -> Claim:
+        """Declare and measure a deterministic claim in one call. Without `kind` it is unclassified. `definition`:
+        the claim's other declared fields (`discriminates`, `testbed`, `post_hoc`)."""
+        c = Claim(name, description, op, threshold, kind, **definition)
         self.declare(c)
         return c.measure(measured)
 
     def claim_from_runs(self, name: str, description: str, per_seed: Sequence[float], op: str, threshold: float,
-                        *, kind: ClaimKind | str | None = None) -> SampleClaim:
+                        *, kind: ClaimKind | str | None = None, **definition: Any) -> SampleClaim:
         """Declare and measure a claim about a quantity that depends on random training runs, from its per-seed values.
 
         A stochastic quantity is evidence only over >= 3 seeds: with fewer values the claim is INCONCLUSIVE (too few
         seeds) whatever the measurement, so a single lucky run can never make a method reproduced.
         """
-        c = SampleClaim(name, description, op, threshold, kind)
+        c = SampleClaim(name, description, op, threshold, kind, **definition)
         self.declare(c)
         return c.measure(list(per_seed))
 
@@ -190,9 +195,13 @@ class Report:
 
     @property
     def reproduced(self) -> bool:
-        """A `full` run with at least one paper claim, every one of them PASS. Other kinds never decide this."""
-        paper = [c for c in self.claims if c.kind is ClaimKind.PAPER]
-        return self.size == "full" and bool(paper) and all(c.verdict is Verdict.PASS for c in paper)
+        """A `full` run with at least one paper claim, every one of them PASS *and* discriminating (a comparison, or a
+        control that does not pass), and no retired paper claim (one replaced after its verdict) short of a PASS: a
+        FAIL stays one. Other kinds never decide this."""
+        paper = [c.to_dict() for c in self.claims if c.kind is ClaimKind.PAPER]
+        retired = [r for r in self.retired if r.get("kind") == "paper"]
+        return (self.size == "full" and bool(paper) and all(claim_is_evidence(c) for c in paper)
+                and all(r.get("verdict") == "PASS" for r in retired))
 
     @property
     def passed(self) -> bool:
@@ -210,22 +219,33 @@ class Report:
         """What `rankwise repro` prints: the smoke banner, one line per claim (kind, verdict, measurement), counts."""
         lines = [SMOKE_NOTE] if self.size == "smoke" else []
         for c in self.claims:
-            lines.append(f"[{_verdict_cell(c)}] ({kind_label(c.kind)}) {c.name}: {_measured_cell(c)} {c.op} {_fmt(c.threshold)}  ({c.description})")
+            status = c.discrimination_status
+            how = f" [{_discrimination_cell(c.to_dict()).replace('**', '')}]" if status is not None else ""
+            lines.append(f"[{_verdict_cell(c)}] ({kind_label(c.kind)}) {c.name}: {_measured_cell(c)} {c.op} {_fmt(c.threshold)}"
+                         f"{how}  ({c.description})")
         counts = self.verdict_counts()
         lines.append("verdicts: " + "; ".join(
             f"{kind} " + ", ".join(f"{n} {v}" for v, n in per.items() if n) for kind, per in counts.items() if any(per.values())))
         if self.size == "full":
-            lines.append(f"reproduced: {'yes' if self.reproduced else 'no'} (every paper claim must PASS)")
+            lines.append(f"reproduced: {'yes' if self.reproduced else 'no'} (every paper claim must PASS and discriminate)")
         return "\n".join(lines)
 
     # --- arms ---------------------------------------------------------------------------------------------------
 
-    def record_arm(self, arm_name: str, selection: Selection, budget: dict[str, float]) -> Arm:
-        """Record an arm's validation-tuned choice and its budget; an edge or untuned choice is flagged in the report."""
+    def record_arm(self, arm_name: str, selection: Selection, budget: dict[str, float], *, off: Any = None) -> Arm:
+        """Record an arm's validation-tuned choice and its budget; an edge or untuned choice is flagged in the report.
+
+        `off`: the grid value that switches the method's own component off (PESO's lambda = 0, LMAO's base rate 0).
+        When validation chooses it, the report's reading is that the component adds nothing measurable on this
+        testbed -- a finding about the component, not a FAIL of the method, and said as such."""
         if any(a.name == arm_name for a in self.arms):
             raise InvalidInputError(f"arm {arm_name!r} is already recorded")
         arm = Arm(arm_name, selection, budget)
         self.arms.append(arm)
+        if off is not None and selection.tuned and selection.chosen == off:
+            what = f"{selection.param} = {_fmt(off)}" if selection.param else _fmt(off)
+            self.note(f"Reading: validation tuned arm {arm_name!r} to {what}, which switches the method's component off: "
+                      "the component adds nothing measurable on this testbed.")
         return arm
 
     def check_budgets_matched(self, keys: Sequence[str], rel_tol: float = 0.0) -> dict[str, bool]:
@@ -266,6 +286,7 @@ class Report:
             "arms": [a.to_dict() for a in self.arms],
             "budget_checks": self.budget_checks(),
             "history": self.history,
+            "retired": self.retired,
             "tables": [{"name": t.name, "columns": t.columns, "rows": t.rows} for t in self.tables],
             "plots": [f"{name}.png" for name in self.plots],
             "notes": self.notes,
@@ -282,7 +303,8 @@ class Report:
         counts = self.verdict_counts()
         summary = "; ".join(f"{k}: " + ", ".join(f"{n} {v}" for v, n in counts[k].items())
                             for k in KIND_LABELS if sum(counts[k].values()))
-        lines += ["", f"**Reproduced: {'yes' if self.reproduced else 'no'}.** Verdicts: {summary or 'no claims'}."]
+        lines += ["", f"**Reproduced: {'yes' if self.reproduced else 'no'}** (every paper claim must PASS and discriminate). "
+                      f"Verdicts: {summary or 'no claims'}."]
         lines += ["", "## Claims"]
         if not self.claims:
             lines += ["", "(none)"]
@@ -290,11 +312,27 @@ class Report:
             group = [c for c in self.claims if kind_label(c.kind) == k]
             if not group:
                 continue
-            lines += ["", f"### {_KIND_TITLES[k]}", "", "| claim | measured | required | verdict |", "|---|---|---|---|"]
+            paper = k == "paper"
+            lines += ["", f"### {_KIND_TITLES[k]}", "", "| claim | measured | required | verdict |" + (" discrimination |" if paper else ""),
+                      "|---|---|---|---|" + ("---|" if paper else "")]
             for c in group:
                 required = f"{c.op} {_fmt(c.threshold)}" + ("" if isinstance(c, Claim) else f" ({c.test})")
-                lines.append(f"| **{_cell(c.name)}**: {_cell(c.description)} | {_measured_cell(c)} | {_cell(required)} "
-                             f"| {_verdict_cell(c)} |")
+                label = " *(post hoc)*" if c.post_hoc else ""
+                row = (f"| **{_cell(c.name)}**{label}: {_cell(c.description)} | {_measured_cell(c)} | {_cell(required)} "
+                       f"| {_verdict_cell(c)} |")
+                if paper:
+                    row += f" {_cell(_discrimination_cell(c.to_dict()))} |"
+                lines.append(row)
+                detectable = _detectable_effect(c)
+                if paper and detectable is not None:
+                    lines.append(f"| ↳ smallest effect this interval could detect: ±{_fmt(detectable)} ({len(c.samples or ())} "
+                                 f"{c.unit}) | | | | |")
+        if self.retired:
+            lines += ["", "### Retired claims (replaced or dropped after a verdict; a FAIL or INCONCLUSIVE among them still counts)", "",
+                      "| claim | kind | last verdict | discrimination |", "|---|---|---|---|"]
+            for r in self.retired:
+                lines.append(f"| {_cell(r.get('name'))} | {_cell(r.get('kind'))} | {_cell(r.get('verdict'))} "
+                             f"| {_cell(_discrimination_cell(r) if r.get('kind') == 'paper' else '')} |")
         if self.arms:
             lines += ["", "## Arms", "", "Each arm's value chosen on the validation split; budgets as run.", "",
                       "| arm | chosen | validation scores | budget | flag |", "|---|---|---|---|---|"]
@@ -352,17 +390,23 @@ class Report:
             prev = read_json(path)
             if not isinstance(prev, dict):
                 raise CorruptFileError(f"{path} is not a JSON object")
-            if prev.get("protocol") != PROTOCOL or prev.get("slug") != self.slug or prev.get("size") != self.size:
+            if prev.get("protocol") not in HISTORY_PROTOCOLS or prev.get("slug") != self.slug or prev.get("size") != self.size:
                 return []  # another report (or the pre-protocol format): nothing of this one's history to carry
             history, claims = prev.get("history", []), prev.get("claims", [])
-            if not (isinstance(history, list) and isinstance(claims, list)
-                    and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in claims)):
-                raise CorruptFileError(f"{path} has a malformed history or claims list")
+            retired = prev.get("retired", [])
+            if not (isinstance(history, list) and isinstance(claims, list) and isinstance(retired, list)
+                    and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in [*claims, *retired])):
+                raise CorruptFileError(f"{path} has a malformed history, claims or retired list")
         except CorruptFileError:
             note = "previous report.json unreadable: history restarted"
             if note not in self.notes:
                 self.notes.append(note)
             return []
+        if self.size == "full":  # evidence: a verdict, once given, binds its claim's definition
+            self._refuse_redefined(path, [*claims, *retired])
+        current = {c.name for c in self.claims}
+        self.retired = [r for r in retired if r["name"] not in current]
+        self.retired += [_retired_entry(c) for c in claims if c["name"] not in current and _has_verdict(c)]
         before = {c["name"]: _state_of_dict(c) for c in claims}
         after = {c.name: {**c.declared(), "verdict": c.verdict.value} for c in self.claims}
         when = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -370,6 +414,59 @@ class Report:
                    for n, s in after.items() if before.get(n) != s]
         changes += [{"claim": n, "when": when, "before": s, "after": None} for n, s in before.items() if n not in after]
         return [*history, *changes]
+
+
+    def _refuse_redefined(self, path: Path, previous: list[dict[str, Any]]) -> None:
+        """Refuse a claim judged under an earlier claim's name with another definition (testbed, test, threshold,
+        kind or discrimination): the changed claim needs a new name and `post_hoc=True`, and the old verdict stays."""
+        earlier = {c["name"]: c for c in previous if _has_verdict(c)}
+        for c in self.claims:
+            old = earlier.get(c.name)
+            if old is None:
+                continue
+            same = (old["fingerprint"] == c.fingerprint if isinstance(old.get("fingerprint"), str) else
+                    all(old.get(k) == v for k, v in _legacy_definition(c).items()))
+            if not same:
+                raise InvalidInputError(
+                    f"claim {c.name!r} already has a verdict ({old.get('verdict')}) in {path} under another definition; "
+                    "a claim's testbed, test, threshold, kind or discrimination cannot change after its verdict: give "
+                    "the changed claim a new name with post_hoc=True (the earlier verdict stays in the report)")
+
+
+# Reports whose claim history a new one carries on: 2 (claims with kinds) and 3 (with discrimination and fingerprints).
+HISTORY_PROTOCOLS = (2, 3)
+
+
+def _has_verdict(c: dict[str, Any]) -> bool:
+    return c.get("reason") != "not measured" and c.get("verdict") in ("PASS", "FAIL", "INCONCLUSIVE")
+
+
+def _legacy_definition(c: AnyClaim) -> dict[str, Any]:
+    """What a protocol-2 report recorded of a claim's definition (it had no fingerprint)."""
+    return {"kind": kind_label(c.kind), "type": c.shape, "op": c.op, "threshold": c.threshold}
+
+
+def _retired_entry(c: dict[str, Any]) -> dict[str, Any]:
+    keys = ("name", "kind", "type", "verdict", "reason", "measured", "op", "threshold", "fingerprint", "discrimination")
+    return {k: c.get(k) for k in keys if k in c}
+
+
+def _discrimination_cell(c: dict[str, Any]) -> str:
+    d = c.get("discrimination")
+    if not isinstance(d, dict):
+        return "**not recorded** (written before claims declared it)"
+    how, arm, status = d.get("how"), d.get("arm"), d.get("status")
+    if how is None:
+        return f"**{status}**"
+    control = f"; control verdict {d.get('control_verdict')}" if how == "control" else ""
+    mark = "" if status == "discriminates" else "**"
+    return f"{how} with {arm}{control}: {mark}{status}{mark}"
+
+
+def _detectable_effect(c: AnyClaim) -> float | None:
+    """The half-width of a stochastic claim's interval: effects smaller than this could not have been told apart."""
+    interval = getattr(c, "interval", None)
+    return None if interval is None else (interval.high - interval.low) / 2
 
 
 _STATE_KEYS = ("kind", "type", "op", "threshold", "description", "verdict")

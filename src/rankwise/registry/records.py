@@ -249,12 +249,29 @@ class MethodSpec:
         return text + (f" ({', '.join(rest)})" if rest else "")
 
 
+DISCRIMINATES = "discriminates"  # = rankwise.core.discrimination.DISCRIMINATES (core is above this layer)
+
+
+def claim_is_evidence(claim: dict) -> bool:
+    """A paper claim, as report.json holds it, counts for *reproduced*: it PASSed and could have failed (it is a
+    comparison with a baseline measured in the same run, or its control did not pass). A report written before
+    claims recorded their discrimination (protocol 2) is no evidence until it is rerun: the audits found paired
+    claims among them whose baseline passes too, so not even those are inferred."""
+    recorded = claim.get("discrimination")
+    return claim.get("verdict") == "PASS" and isinstance(recorded, dict) and recorded.get("status") == DISCRIMINATES
+
+
 def report_reproduces(report: dict, require_paper_claim: bool = True) -> bool:
-    """A committed report supports *reproduced*: full size, protocol 2, >= 1 paper claim, every paper claim PASS."""
+    """A committed report supports *reproduced*: full size, protocol >= 2, >= 1 paper claim, every paper claim PASSed
+    and discriminates (`claim_is_evidence`), and no retired paper claim fell short of PASS."""
     if report.get("size") != "full" or report.get("protocol", 1) < 2:
         return False
     paper = [c for c in report.get("claims", []) if c.get("kind") == "paper"]
-    return (bool(paper) or not require_paper_claim) and all(c.get("verdict") == "PASS" for c in paper)
+    # A paper claim replaced after its verdict: a FAIL or INCONCLUSIVE stays one (a redefinition cannot erase it);
+    # a PASS is no longer claimed, so whether it discriminated no longer matters.
+    retired = [c for c in report.get("retired", []) if isinstance(c, dict) and c.get("kind") == "paper"]
+    return ((bool(paper) or not require_paper_claim) and all(claim_is_evidence(c) for c in paper)
+            and all(c.get("verdict") == "PASS" for c in retired))
 
 
 @lru_cache(maxsize=1)

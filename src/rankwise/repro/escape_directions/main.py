@@ -28,6 +28,7 @@ from rankwise.algorithms.escape_directions import (
     layer_shares, layer_widths, local_loss, local_loss_gradient, mse_gradient_at_zero, optimal_escape_direction,
     relu_gap, to_sphere, toy_data, toy_rank_two_escape, train_from_init,
 )
+from rankwise.core.discrimination import comparison, control
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim, SampleClaim
 from rankwise.core.progress import progress, say
 from rankwise.core.report import Report
@@ -66,6 +67,7 @@ SMALL_SCALE = 0.1  # the card's sigma_0 = 0.1 / sqrt(fan_in)
 ESCAPE_DROP = 0.02
 GAP_MARGIN = 0.5  # small init's depth gap must exceed standard init's by more than this
 NEAR_RANK_ONE = 0.9
+DEEP_LINEAR = "the deep linear net's escape direction"  # the control of the two E1 claims (the audit's)
 TOY_WIDTH = 20
 TOP_K = 5
 
@@ -104,18 +106,19 @@ def _declare(report: Report, s: Settings) -> None:
     deep = deep_layers(s.depth)
     report.declare(SampleClaim("depth_gap_at_escape", f"small-init training, depth {s.depth}: per seed, min over "
                                f"deeper layers l in {deep} of (s1/s2)(W_l) / l^(1/4) at the escape step", ">=", 1.0,
-                               kind=ClaimKind.PAPER))
+                               kind=ClaimKind.PAPER, discriminates=control("PyTorch's default init")))
     report.declare(PairedClaim("gap_small_vs_standard_init", "per seed, the depth gap at the escape of small init "
                                "minus that of PyTorch's default init (same data, step rule, seed)", ">", GAP_MARGIN,
-                               kind=ClaimKind.PAPER))
+                               kind=ClaimKind.PAPER, discriminates=comparison("PyTorch's default init")))
     report.declare(SampleClaim("optimal_escape_near_rank_one", "optimal escape direction (E1), per seed: min over "
                                "deeper layers of the rank-1 energy share s1^2 / sum s_i^2 of W_l", ">=",
-                               NEAR_RANK_ONE, kind=ClaimKind.PAPER))
+                               NEAR_RANK_ONE, kind=ClaimKind.PAPER, discriminates=control(DEEP_LINEAR)))
     report.declare(SampleClaim("optimal_escape_depth_gap", "optimal escape direction (E1), per seed: min over deeper "
-                               "layers of (s1/s2)(W_l) / l^(1/4)", ">=", 1.0, kind=ClaimKind.PAPER))
+                               "layers of (s1/s2)(W_l) / l^(1/4)", ">=", 1.0, kind=ClaimKind.PAPER,
+                               discriminates=control(DEEP_LINEAR)))
     report.declare(SampleClaim("toy_rank_two_escape_faster", f"Example 1, width {TOY_WIDTH}: per seed, best escape "
                                "speed over restarts minus sqrt(2) - 1 (the best all-rank-1 speed)", ">", 0.0,
-                               kind=ClaimKind.PAPER))
+                               kind=ClaimKind.PAPER, discriminates=comparison("the best all-rank-1 direction")))
     report.declare(Claim("toy_construction_speed", "|s - 1/2| for the paper's rank-2 construction (float64)", "<=",
                          1e-12, kind=ClaimKind.INVARIANT))
     report.declare(Claim("euler_identity", "max relative error of <grad L_0(theta), theta> = L L_0(theta) over 3 "
@@ -167,6 +170,7 @@ def _optimal(report: Report, s: Settings, x: torch.Tensor, y_star: torch.Tensor,
     shares_seen: dict[str, list[list[float]]] = {k: [] for k in per_layer}
     gaps_relu: dict[str, list[list[float]]] = {k: [] for k in per_layer}
     near, gap, align, speeds = [], [], [], []
+    near_linear, gap_linear = [], []  # the deep linear net's escape direction judged by the same two claims
     for sd in progress(seeds, desc="E1 optimal escape"):
         gen = torch.Generator().manual_seed(sd)
         rho = optimal_escape_direction(x, g, widths, steps=s.opt_steps, restarts=s.opt_restarts, generator=gen)
@@ -178,6 +182,8 @@ def _optimal(report: Report, s: Settings, x: torch.Tensor, y_star: torch.Tensor,
         random_point = to_sphere(init_weights(widths, 1.0, gen))
         linear = optimal_escape_direction(x, g, widths, steps=s.opt_steps, restarts=1, generator=gen,
                                           relu=False).weights
+        near_linear.append(min(layer_shares(linear)[l - 1] for l in deep))
+        gap_linear.append(depth_gap(layer_ratios(linear)))
         for name, ws, rat, sh in (("optimal (ReLU)", rho.weights, ratios, shares),
                                   ("random point", random_point, layer_ratios(random_point), layer_shares(random_point)),
                                   ("deep linear", linear, layer_ratios(linear), layer_shares(linear))):
@@ -197,7 +203,9 @@ def _optimal(report: Report, s: Settings, x: torch.Tensor, y_star: torch.Tensor,
     for sd, sp, al, gp in zip(seeds, speeds, align, gap):
         t2.add(seed=sd, speed=sp, alignment=al, depth_gap=gp)
     report.measure("optimal_escape_near_rank_one", near)
+    report.get_claim("optimal_escape_near_rank_one").measure_control(near_linear)
     report.measure("optimal_escape_depth_gap", gap)
+    report.get_claim("optimal_escape_depth_gap").measure_control(gap_linear)
     report.measure("optimal_escape_is_fixed_point", min(align))
     report.plots["optimal_escape_layers"] = _plot_layers(per_layer, shares_seen, s.depth)
     return speeds
@@ -240,6 +248,7 @@ def _training(report: Report, s: Settings, x, y_star, seeds: list[int], best_spe
                   escape_dir_alignment=fixed_point_alignment(w64, x, g), optimal_speed_E1=best_speeds[k])
     say("E2 done")
     report.measure("depth_gap_at_escape", gaps["small"])
+    report.get_claim("depth_gap_at_escape").measure_control(gaps["standard"])
     report.measure_paired("gap_small_vs_standard_init", gaps["small"], gaps["standard"])
     report.measure("all_small_init_runs_escaped", stats_.fmean(r.escape_step is not None for r in runs["small"]))
     report.measure("standard_init_has_no_gap", gaps["standard"])
