@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rankwise.algorithms.consistent_lra import lower_bound_phases
+from rankwise.core.discrimination import control
 from rankwise.core.evidence import Claim, ClaimKind, SampleClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
@@ -64,19 +65,19 @@ def _declare(report: Report) -> None:
     for alg, tag in ((A, "A"), (B, "B")):
         report.declare(SampleClaim(f"{tag}_recourse_logarithmic_adversarial",
                                    f"{alg}: per-seed growth exponent of cumulative recourse on S1 (last decade)",
-                                   "<=", LOG_MAX_EXPONENT, kind=ClaimKind.PAPER))
+                                   "<=", LOG_MAX_EXPONENT, kind=ClaimKind.PAPER, discriminates=control(SVD)))
     for alg, tag in ((SVD, "svd"), (FD, "fd")):
         report.declare(SampleClaim(f"{tag}_recourse_linear_adversarial",
                                    f"{alg}: per-seed growth exponent of cumulative recourse on S1 (last decade)",
-                                   ">", LINEAR_MIN_EXPONENT, kind=ClaimKind.PAPER))
+                                   ">", LINEAR_MIN_EXPONENT, kind=ClaimKind.PAPER, discriminates=control(A)))
     for stream in ("digits", "camera"):
         for alg, tag in ((A, "A"), (B, "B")):
             report.declare(SampleClaim(f"{tag}_recourse_logarithmic_{stream}",
                                        f"{alg}: per-order growth exponent of cumulative recourse on {stream} rows",
-                                       "<=", LOG_MAX_EXPONENT, kind=ClaimKind.PAPER))
+                                       "<=", LOG_MAX_EXPONENT, kind=ClaimKind.PAPER, discriminates=control(SVD)))
     report.declare(Claim("B_guarantee_every_step", "B: max over runs and steps of (cost - (1+eps) OPT - slack) / "
                          "||A^(t)||_F^2 (promise w.h.p.; <= 0: held at every step of every run)", "<=", 0.0,
-                         kind=ClaimKind.PAPER))
+                         kind=ClaimKind.PAPER, discriminates=control(SVD)))  # the exact method meets any (1+eps) bar
     report.declare(Claim("A_additive_every_step", "A: max over runs and steps of (cost - OPT - eps ||A||^2 - slack) "
                          "/ ||A^(t)||_F^2", "<=", 0.0, kind=ClaimKind.INVARIANT))
     report.declare(Claim("A_recomputations_within_log_bound", "A: max over runs of recomputations / "
@@ -123,19 +124,27 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     def per_seed(stream: str, alg: str, attr: str) -> list[float]:
         return [getattr(per[alg], attr) for per in runs[stream]]
 
-    report.measure("A_recourse_logarithmic_adversarial", per_seed("adversarial", A, "exponent"))
-    report.measure("B_recourse_logarithmic_adversarial", per_seed("adversarial", B, "exponent"))
-    report.measure("svd_recourse_linear_adversarial", per_seed("adversarial", SVD, "exponent"))
-    report.measure("fd_recourse_linear_adversarial", per_seed("adversarial", FD, "exponent"))
+    # Each recourse claim is also judged on its control: the consistent algorithms' claims on recompute-the-SVD,
+    # the baselines' on the lazy additive algorithm (a claim both sides pass does not separate them).
+    def measured_with_control(name: str, stream: str, alg: str, control_alg: str) -> None:
+        report.measure(name, per_seed(stream, alg, "exponent"))
+        report.get_claim(name).measure_control(per_seed(stream, control_alg, "exponent"))
+
+    measured_with_control("A_recourse_logarithmic_adversarial", "adversarial", A, SVD)
+    measured_with_control("B_recourse_logarithmic_adversarial", "adversarial", B, SVD)
+    measured_with_control("svd_recourse_linear_adversarial", "adversarial", SVD, A)
+    measured_with_control("fd_recourse_linear_adversarial", "adversarial", FD, A)
     for stream in ("digits", "camera"):
-        report.measure(f"A_recourse_logarithmic_{stream}", per_seed(stream, A, "exponent"))
-        report.measure(f"B_recourse_logarithmic_{stream}", per_seed(stream, B, "exponent"))
+        measured_with_control(f"A_recourse_logarithmic_{stream}", stream, A, SVD)
+        measured_with_control(f"B_recourse_logarithmic_{stream}", stream, B, SVD)
     report.measure("D_recourse_logarithmic_adversarial", per_seed("adversarial", D, "exponent"))
 
     def worst(alg: str, attr: str = "worst_violation") -> float:
         return max(getattr(r, attr) for r in all_runs if r.algorithm == alg)
 
     report.measure("B_guarantee_every_step", worst(B))
+    # recompute SVD's worst violation of its exact bound (cost <= OPT + slack) also bounds the (1+eps) one
+    report.get_claim("B_guarantee_every_step").measure_control(worst(SVD))
     report.measure("A_additive_every_step", worst(A))
     a_runs = [r for r in all_runs if r.algorithm == A]
     report.measure("A_recomputations_within_log_bound", max(r.recomputations / r.log_bound for r in a_runs))
