@@ -12,7 +12,6 @@ import platform
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,9 @@ from rankwise.core.evidence import (
     Verdict,
     kind_label,
 )
+from rankwise.core.claim_history import UNREADABLE_NOTE, carry_history
 from rankwise.core.io import read_json, write_bytes_atomic, write_json_atomic, write_text_atomic
-from rankwise.errors import CorruptFileError, InvalidInputError
+from rankwise.errors import InvalidInputError
 from rankwise.registry.records import claim_is_evidence
 
 __all__ = ["SIZES", "PROTOCOL", "SMOKE_NOTE", "Claim", "PairedClaim", "SampleClaim", "ClaimKind", "Verdict", "Table",
@@ -369,87 +369,21 @@ class Report:
     def write(self, folder: str | Path) -> Path:
         """Write report.json, report.md and the plots into `folder` (each file atomically).
 
-        If `folder/report.json` holds a protocol-2 report of the same slug and size, its claim history is carried
-        over and every claim whose declared test or verdict changed (or that appeared or disappeared) gets an entry,
-        so a changed threshold or a dropped claim stays visible. An unreadable previous report is not used: the
-        history restarts and a note says so.
+        A previous report of the same slug and size in `folder` passes on its claim history and its retired claims,
+        and a full one refuses a claim redefined under a name that has a verdict (`core.claim_history`). An
+        unreadable previous report is not used: the history restarts and a note says so.
         """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        self.history = self._history_from(folder / "report.json")
+        carried = carry_history(folder / "report.json", self.slug, self.size, self.claims)
+        self.history, self.retired = carried.history, carried.retired
+        if carried.unreadable and UNREADABLE_NOTE not in self.notes:
+            self.notes.append(UNREADABLE_NOTE)
         for name, plot in self.plots.items():
             write_bytes_atomic(folder / f"{name}.png", _png_bytes(plot))
         write_json_atomic(folder / "report.json", self.to_dict())
         write_text_atomic(folder / "report.md", self.to_markdown())
         return folder
-
-    def _history_from(self, path: Path) -> list[dict[str, Any]]:
-        if not path.exists():
-            return []
-        try:
-            prev = read_json(path)
-            if not isinstance(prev, dict):
-                raise CorruptFileError(f"{path} is not a JSON object")
-            if prev.get("protocol") not in HISTORY_PROTOCOLS or prev.get("slug") != self.slug or prev.get("size") != self.size:
-                return []  # another report (or the pre-protocol format): nothing of this one's history to carry
-            history, claims = prev.get("history", []), prev.get("claims", [])
-            retired = prev.get("retired", [])
-            if not (isinstance(history, list) and isinstance(claims, list) and isinstance(retired, list)
-                    and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in [*claims, *retired])):
-                raise CorruptFileError(f"{path} has a malformed history, claims or retired list")
-        except CorruptFileError:
-            note = "previous report.json unreadable: history restarted"
-            if note not in self.notes:
-                self.notes.append(note)
-            return []
-        if self.size == "full":  # evidence: a verdict, once given, binds its claim's definition
-            self._refuse_redefined(path, [*claims, *retired])
-        current = {c.name for c in self.claims}
-        self.retired = [r for r in retired if r["name"] not in current]
-        self.retired += [_retired_entry(c) for c in claims if c["name"] not in current and _has_verdict(c)]
-        before = {c["name"]: _state_of_dict(c) for c in claims}
-        after = {c.name: {**c.declared(), "verdict": c.verdict.value} for c in self.claims}
-        when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        changes = [{"claim": n, "when": when, "before": before.get(n), "after": s}
-                   for n, s in after.items() if before.get(n) != s]
-        changes += [{"claim": n, "when": when, "before": s, "after": None} for n, s in before.items() if n not in after]
-        return [*history, *changes]
-
-
-    def _refuse_redefined(self, path: Path, previous: list[dict[str, Any]]) -> None:
-        """Refuse a claim judged under an earlier claim's name with another definition (testbed, test, threshold,
-        kind or discrimination): the changed claim needs a new name and `post_hoc=True`, and the old verdict stays."""
-        earlier = {c["name"]: c for c in previous if _has_verdict(c)}
-        for c in self.claims:
-            old = earlier.get(c.name)
-            if old is None:
-                continue
-            same = (old["fingerprint"] == c.fingerprint if isinstance(old.get("fingerprint"), str) else
-                    all(old.get(k) == v for k, v in _legacy_definition(c).items()))
-            if not same:
-                raise InvalidInputError(
-                    f"claim {c.name!r} already has a verdict ({old.get('verdict')}) in {path} under another definition; "
-                    "a claim's testbed, test, threshold, kind or discrimination cannot change after its verdict: give "
-                    "the changed claim a new name with post_hoc=True (the earlier verdict stays in the report)")
-
-
-# Reports whose claim history a new one carries on: 2 (claims with kinds) and 3 (with discrimination and fingerprints).
-HISTORY_PROTOCOLS = (2, 3)
-
-
-def _has_verdict(c: dict[str, Any]) -> bool:
-    return c.get("reason") != "not measured" and c.get("verdict") in ("PASS", "FAIL", "INCONCLUSIVE")
-
-
-def _legacy_definition(c: AnyClaim) -> dict[str, Any]:
-    """What a protocol-2 report recorded of a claim's definition (it had no fingerprint)."""
-    return {"kind": kind_label(c.kind), "type": c.shape, "op": c.op, "threshold": c.threshold}
-
-
-def _retired_entry(c: dict[str, Any]) -> dict[str, Any]:
-    keys = ("name", "kind", "type", "verdict", "reason", "measured", "op", "threshold", "fingerprint", "discrimination")
-    return {k: c.get(k) for k in keys if k in c}
-
 
 def _discrimination_cell(c: dict[str, Any]) -> str:
     d = c.get("discrimination")
@@ -467,13 +401,6 @@ def _detectable_effect(c: AnyClaim) -> float | None:
     """The half-width of a stochastic claim's interval: effects smaller than this could not have been told apart."""
     interval = getattr(c, "interval", None)
     return None if interval is None else (interval.high - interval.low) / 2
-
-
-_STATE_KEYS = ("kind", "type", "op", "threshold", "description", "verdict")
-
-
-def _state_of_dict(c: dict[str, Any]) -> dict[str, Any]:
-    return {k: c.get(k) for k in _STATE_KEYS}
 
 
 def _state(s: dict[str, Any] | None) -> str:
