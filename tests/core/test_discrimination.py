@@ -100,6 +100,46 @@ def test_a_verdict_binds_its_claims_definition_and_a_replacement_is_post_hoc(tmp
     assert [r["name"] for r in json.loads((tmp_path / "report.json").read_text())["retired"]] == ["gain"]
 
 
+def test_a_verdict_hidden_by_a_protocol_2_redefinition_is_recalled_and_counts(tmp_path):
+    # A protocol-2 report: the claim FAILed on one testbed, then the same name PASSed on another (only the description
+    # changed, which protocol 2 did not fingerprint); its history holds the FAIL.
+    hidden = {"claim": "gain", "when": "2026-12-01T14:24:54+00:00", "after": {"kind": "paper", "verdict": "PASS"},
+              "before": {"kind": "paper", "type": "deterministic", "op": ">", "threshold": 0.0, "verdict": "FAIL",
+                         "description": "accuracy on minilm"}}
+    old = {"protocol": 2, "slug": "demo", "size": "full", "history": [hidden], "retired": [],
+           "claims": [{"name": "gain", "kind": "paper", "type": "deterministic", "op": ">", "threshold": 0.0,
+                       "verdict": "PASS", "reason": None}]}
+    (tmp_path / "report.json").write_text(json.dumps(old))
+
+    def rerun(recall: bool) -> dict:
+        r = _full()
+        r.claim("gain_smollm2", "d", 1.0, ">", 0.0, kind="paper", discriminates=comparison("lora"), post_hoc=True)
+        if recall:
+            r.recall_hidden_verdict("gain", "the minilm testbed")
+        r.write(tmp_path)
+        return json.loads((tmp_path / "report.json").read_text())
+
+    data = rerun(recall=True)
+    recalled = [x for x in data["retired"] if x["name"].startswith("gain (until")]
+    assert len(recalled) == 1 and recalled[0]["verdict"] == "FAIL" and recalled[0]["reason"] == "the minilm testbed"
+    assert data["reproduced"] is False  # without the recall, the retired PASS alone would have let it count
+    assert sorted(x["name"] for x in rerun(recall=True)["retired"]) == sorted(x["name"] for x in data["retired"])
+    with pytest.raises(InvalidInputError, match="reason"):
+        _full().recall_hidden_verdict("gain", "")
+
+
+def test_a_report_without_the_recall_lets_the_retired_pass_alone_decide(tmp_path):
+    old = {"protocol": 2, "slug": "demo", "size": "full", "history": [], "retired": [],
+           "claims": [{"name": "gain", "kind": "paper", "type": "deterministic", "op": ">", "threshold": 0.0,
+                       "verdict": "PASS", "reason": None}]}
+    (tmp_path / "report.json").write_text(json.dumps(old))
+    r = _full()
+    r.claim("gain_smollm2", "d", 1.0, ">", 0.0, kind="paper", discriminates=comparison("lora"), post_hoc=True)
+    r.recall_hidden_verdict("gain", "nothing hidden: no FAIL in the history")
+    r.write(tmp_path)
+    assert r.reproduced and [x["name"] for x in r.retired] == ["gain"]
+
+
 def test_the_same_definition_may_be_rerun_and_a_smoke_report_may_change():
     import tempfile
 

@@ -8,12 +8,15 @@ When a report is written where an earlier one of the same slug and size lies, `c
   state: a FAIL or INCONCLUSIVE among them still keeps the method from *reproduced* (`Report.reproduced`);
 - for a full report, refuses a claim judged under a name that already has a verdict with another definition (its
   `fingerprint`: kind, shape, test, threshold, discrimination, testbed, unit). The redesign takes a new name with
-  `post_hoc=True`. Smoke reports are development runs and may change freely.
+  `post_hoc=True`. Smoke reports are development runs and may change freely;
+- restores, for each name a report *recalls*, the earliest FAIL or INCONCLUSIVE its history holds for a claim of
+  that name as a retired claim: protocol 2 fingerprinted nothing, so a claim moved to another testbed under the same
+  name (only its description changed) could turn a FAIL into a PASS; recalling it keeps the FAIL counted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,8 +40,10 @@ class CarriedHistory:
     unreadable: bool = False  # the previous report.json could not be read: nothing was carried
 
 
-def carry_history(path: Path, slug: str, size: str, claims: Sequence[AnyClaim]) -> CarriedHistory:
-    """What the report at `path` (if any) passes on to a new report of `slug`/`size` with `claims`."""
+def carry_history(path: Path, slug: str, size: str, claims: Sequence[AnyClaim],
+                  recalled: Mapping[str, str] | None = None) -> CarriedHistory:
+    """What the report at `path` (if any) passes on to a new report of `slug`/`size` with `claims`; `recalled` maps
+    claim names to why their hidden earlier verdict is restored (`recall_hidden_verdicts`)."""
     if not path.exists():
         return CarriedHistory()
     try:
@@ -59,6 +64,7 @@ def carry_history(path: Path, slug: str, size: str, claims: Sequence[AnyClaim]) 
     kept = [r for r in retired if r["name"] not in current]
     kept += [{k: c.get(k) for k in _RETIRED_KEYS if k in c} for c in old_claims
              if c["name"] not in current and _has_verdict(c)]
+    kept += recall_hidden_verdicts(history, recalled or {}, {r["name"] for r in kept} | current)
     before = {c["name"]: {k: c.get(k) for k in STATE_KEYS} for c in old_claims}
     after = {c.name: {**c.declared(), "verdict": c.verdict.value} for c in claims}
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -66,6 +72,25 @@ def carry_history(path: Path, slug: str, size: str, claims: Sequence[AnyClaim]) 
                for n, s in after.items() if before.get(n) != s]
     changes += [{"claim": n, "when": when, "before": s, "after": None} for n, s in before.items() if n not in after]
     return CarriedHistory([*history, *changes], kept)
+
+
+def recall_hidden_verdicts(history: Sequence[Any], recalled: Mapping[str, str], taken: set[str]) -> list[dict[str, Any]]:
+    """Retired records for the earliest FAIL / INCONCLUSIVE that `history` holds of each recalled claim name, named
+    "NAME (until WHEN)"; a name already among `taken` (a previous recall, carried) is not added twice."""
+    out = []
+    for name, why in recalled.items():
+        hidden = [e for e in history if isinstance(e, dict) and e.get("claim") == name and isinstance(e.get("before"), dict)
+                  and e["before"].get("verdict") in ("FAIL", "INCONCLUSIVE")]
+        if not hidden:
+            continue
+        first = hidden[0]
+        label = f"{name} (until {first.get('when')})"
+        if label in taken:
+            continue
+        before = first["before"]
+        out.append({"name": label, **{k: before.get(k) for k in ("kind", "type", "op", "threshold", "verdict",
+                                                                 "description")}, "reason": why})
+    return out
 
 
 def refuse_redefined(path: Path, claims: Sequence[AnyClaim], previous: Sequence[dict[str, Any]]) -> None:

@@ -120,6 +120,8 @@ class Report:
     # Claims of the previous report at this folder that this run no longer declares (replaced or dropped after their
     # verdict): their last state stays in the report and in `reproduced`.
     retired: list[dict[str, Any]] = field(default_factory=list)
+    # Claim names whose earlier FAIL / INCONCLUSIVE, hidden by a protocol-2 redefinition, is restored as retired.
+    recalled: dict[str, str] = field(default_factory=dict)
     wall_time_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -129,6 +131,13 @@ class Report:
         self._budget_checks: list[tuple[tuple[str, ...], float]] = []
         if not self.environment:
             self.environment = environment()
+
+    def recall_hidden_verdict(self, name: str, why: str) -> None:
+        """Keep the earliest FAIL / INCONCLUSIVE the carried history holds for claim `name` as a retired claim: a
+        protocol-2 report let a claim move to another testbed under its old name, which hid that verdict."""
+        if not why:
+            raise InvalidInputError(f"recalling claim {name!r} needs the reason the report will show")
+        self.recalled[name] = why
 
     def table(self, name: str, columns: list[str]) -> Table:
         t = Table(name, list(columns))
@@ -329,10 +338,11 @@ class Report:
                                  f"{c.unit}) | | | | |")
         if self.retired:
             lines += ["", "### Retired claims (replaced or dropped after a verdict; a FAIL or INCONCLUSIVE among them still counts)", "",
-                      "| claim | kind | last verdict | discrimination |", "|---|---|---|---|"]
+                      "| claim | kind | last verdict | discrimination | reason |", "|---|---|---|---|---|"]
             for r in self.retired:
                 lines.append(f"| {_cell(r.get('name'))} | {_cell(r.get('kind'))} | {_cell(r.get('verdict'))} "
-                             f"| {_cell(_discrimination_cell(r) if r.get('kind') == 'paper' else '')} |")
+                             f"| {_cell(_discrimination_cell(r) if r.get('kind') == 'paper' else '')} "
+                             f"| {_cell(r.get('reason') or '')} |")
         if self.arms:
             lines += ["", "## Arms", "", "Each arm's value chosen on the validation split; budgets as run.", "",
                       "| arm | chosen | validation scores | budget | flag |", "|---|---|---|---|---|"]
@@ -375,7 +385,7 @@ class Report:
         """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        carried = carry_history(folder / "report.json", self.slug, self.size, self.claims)
+        carried = carry_history(folder / "report.json", self.slug, self.size, self.claims, self.recalled)
         self.history, self.retired = carried.history, carried.retired
         if carried.unreadable and UNREADABLE_NOTE not in self.notes:
             self.notes.append(UNREADABLE_NOTE)

@@ -9,8 +9,9 @@ modules or by naming conventions, and nothing is mirrored by hand.
 A method's status is computed from what exists, never typed:
   planned      its API entry points or its `main` experiment do not resolve, or no test is marked for it;
   implemented  its entry points resolve, its `main` experiment resolves and tests carry `pytest.mark.method(slug)`;
-  reproduced   implemented, the `main` experiment's committed `full` report (protocol 2) has at least one paper
-               claim and every paper claim PASSes, and every other experiment's full report has none that does not.
+  reproduced   implemented, the `main` experiment's committed `full` report (protocol 3) has at least one paper
+               claim and every paper claim PASSes and discriminates (`claim_is_evidence`), no retired paper claim
+               fell short of PASS, and every other experiment's full report has no paper claim that does not.
 
 The registry imports nothing of rankwise but its errors and `targets`: targets are resolved on use, so the registry
 sits in the bottom layer and can be read from any layer (the CLI builds its parser from it without torch).
@@ -246,6 +247,10 @@ class MethodSpec:
         counts = {v: sum(c.get("verdict") == v for c in paper) for v in ("PASS", "FAIL", "INCONCLUSIVE")}
         text = f"{counts['PASS']}/{len(paper)} paper claims PASS"
         rest = [f"{n} {v}" for v, n in counts.items() if v != "PASS" and n]
+        if report.get("protocol", 1) >= 3 and counts["PASS"]:  # only a PASS that could have failed is evidence
+            rest.insert(0, f"{sum(claim_is_evidence(c) for c in paper)} of the PASSes discriminating")
+        elif counts["PASS"]:
+            rest.insert(0, "discrimination not recorded")
         return text + (f" ({', '.join(rest)})" if rest else "")
 
 

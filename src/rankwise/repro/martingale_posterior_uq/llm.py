@@ -17,7 +17,7 @@ from rankwise.algorithms.martingale_posterior import PoolGenerator
 from rankwise.core.evidence import Claim, ClaimKind
 from rankwise.core.report import Report
 from rankwise.repro.martingale_posterior_uq.claims import (
-    SMALL_N, declare_near_nominal, declare_well_below, measure_near_nominal,
+    SMALL_N, declare_calibrated, declare_well_below, measure_calibrated, measure_well_below,
 )
 from rankwise.repro.martingale_posterior_uq.coverage import (
     DWS, MP_FORWARD, NPB, StudySettings, add_tables, pooled_small_n, run_study,
@@ -48,8 +48,10 @@ SIZES = BySize(
 
 def _declare(report: Report) -> None:
     what = f"SmolLM2 generator, NLL score, n <= {SMALL_N}"
-    declare_near_nominal(report, "dws_covers_theta_inf", f"DWS dp_mean 90% interval covers theta_inf, {what}")
-    declare_near_nominal(report, "forward_covers_theta_inf", f"forward-resampling 90% interval covers theta_inf, {what}")
+    declare_calibrated(report, "dws_calibrated_to_rule", f"DWS dp_mean 90% interval covers theta_inf (the rule's own "
+                       f"limit), {what}")
+    declare_calibrated(report, "forward_calibrated_to_rule", f"forward-resampling 90% interval covers theta_inf (the "
+                       f"rule's own limit), {what}")
     declare_well_below(report, "bootstrap_misses_theta_inf", f"bootstrap 90% interval covers theta_inf, {what}")
     report.declare(Claim("alpha_hat_in_bounds", "number of alpha-hat values outside [5, 200]", "<=", 0,
                          kind=ClaimKind.INVARIANT))
@@ -84,9 +86,10 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
 
     rng = np.random.default_rng(seed)
     study = run_study(draw_real, generator, theta_true, s.study, rng, "SmolLM2 NLL", NLL_CLIP)
-    measure_near_nominal(report, "dws_covers_theta_inf", pooled_small_n(study, DWS, "pred", SMALL_N))
-    measure_near_nominal(report, "forward_covers_theta_inf", pooled_small_n(study, MP_FORWARD, "pred", SMALL_N))
-    report.measure("bootstrap_misses_theta_inf", list(pooled_small_n(study, NPB, "pred", SMALL_N)))
+    measure_calibrated(report, "dws_calibrated_to_rule", pooled_small_n(study, DWS, "pred", SMALL_N))
+    measure_calibrated(report, "forward_calibrated_to_rule", pooled_small_n(study, MP_FORWARD, "pred", SMALL_N))
+    measure_well_below(report, "bootstrap_misses_theta_inf", pooled_small_n(study, NPB, "pred", SMALL_N),
+                       pooled_small_n(study, DWS, "pred", SMALL_N))
     alphas = np.concatenate([np.r_[r.alpha_cal, r.alpha_self] for r in study.values()])
     report.measure("alpha_hat_in_bounds", int(np.sum((alphas < 5) | (alphas > 200))))
     report.measure("draws_in_score_range", sum(r.draw_range_violations for r in study.values()))
@@ -112,6 +115,10 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                 f"{st.dws_draws}; bootstraps B = {st.bootstrap_draws}; theta_inf target: one independent forward run "
                 f"of M = {st.target_horizon} per repetition. No arm has a tuned hyperparameter (alpha is set by the "
                 "card's rule).")
+    report.note("The martingale-posterior intervals' coverage of theta_inf is calibration to their own urn, by "
+                "construction: invariants (renamed *_calibrated_to_rule from *_covers_theta_inf, filed as paper claims "
+                "before, which PASSed). The paper claim that can fail is the bootstrap's miss, judged also on the "
+                "Dirichlet shortcut as its control.")
     if sc.generated_texts:
         report.note("First generated sample: " + repr(sc.generated_texts[0][:160]))
     return report.finish()

@@ -1,10 +1,12 @@
 """Reproduction A of `martingale-posterior-uq`: a synthetic deployment with a controlled prior/truth mismatch.
 
 Card martingale-posterior-uq.md, CPU scale: F* = two moons (noise 0.1), the frozen generator a KDE on a shifted,
-noisier moons, two scores (an alert rate and sigmoid(3 x_1)). Two mismatch levels: the card's shift 0.15, under which
-the generator is close to the truth for both scores (|Delta| <= 0.6 standard errors at n = 20), and a large shift
-1.0, under which the sigmoid score's Delta is about 3 standard errors at n = 20 (the alert rate reads x_2 only, so
-it stays matched: a built-in control). alpha-hat by the card's small-n minimax rule on a fresh 150-point
+noisier moons, three scores (an alert rate, sigmoid(3 x_1) and an out-of-distribution score). Two mismatch levels:
+the card's shift 0.15, under which the generator is close to the truth for the card's two scores (|Delta| <= 0.6
+standard errors at n = 20), and a large shift 1.0, under which the sigmoid score's Delta is about 3 standard errors
+at n = 20 (the alert rate reads x_2 only, so it stays matched: a built-in control). The anomaly score, added after
+the card's two scores' bootstrap claims failed (its claims are post hoc), puts Delta at about 9 and 17 standard
+errors: the paper's GPT-2 regime, where its bootstrap covered theta_inf 37% of the time. alpha-hat by the card's small-n minimax rule on a fresh 150-point
 calibration sample per repetition. Methods: forward resampling, the Dirichlet shortcut (dp_mean and single),
 the shortcut with alpha estimated from the n points, the bootstrap, the Bayesian bootstrap and the jackknife;
 nominal 90% intervals; R repetitions per n, coverage of theta_inf (an independent forward run per repetition) and of
@@ -21,7 +23,7 @@ import numpy as np
 from rankwise.core.evidence import Claim, ClaimKind
 from rankwise.core.report import Report
 from rankwise.repro.martingale_posterior_uq.claims import (
-    SMALL_N, declare_near_nominal, declare_well_below, measure_near_nominal,
+    SMALL_N, declare_calibrated, declare_well_below, measure_calibrated, measure_well_below,
 )
 from rankwise.repro.martingale_posterior_uq.coverage import (
     DWS, MP_FORWARD, NPB, StudySettings, add_tables, pooled_small_n, run_study,
@@ -50,25 +52,31 @@ SIZES = BySize(
                   pool=1_000_000, truth_samples=1_000_000),
 )
 DESIGN_MIN_Z = 2.0  # the large level must put the sigmoid score's |Delta| >= 2 standard errors at n = 20
+SEVERE_MIN_Z = 5.0  # the anomaly score must put |Delta| >= 5 standard errors at n = 20 at both levels
+POST_HOC_SCORES = ("anomaly",)  # added after the card's scores' bootstrap claims failed
 
 
 def _declare(report: Report) -> None:
     for level, shift in LEVELS.items():
         for score in SCORES:
             what = f"mismatch {level} (shift {shift:g}), {score} score, n <= {SMALL_N}"
-            declare_near_nominal(report, f"{level}_{score}_dws_covers_theta_inf",
-                                 f"DWS dp_mean 90% interval covers theta_inf, {what}")
+            declare_calibrated(report, f"{level}_{score}_dws_calibrated_to_rule",
+                               f"DWS dp_mean 90% interval covers theta_inf (the rule's own limit), {what}")
             declare_well_below(report, f"{level}_{score}_bootstrap_misses_theta_inf",
-                               f"bootstrap 90% interval covers theta_inf, {what}")
-        declare_near_nominal(report, f"{level}_forward_covers_theta_inf",
-                             f"forward-resampling 90% interval covers theta_inf, mismatch {level}, both scores, "
-                             f"n <= {SMALL_N}")
+                               f"bootstrap 90% interval covers theta_inf, {what}",
+                               testbed=f"two moons, KDE generator shift {shift:g}, {score} score",
+                               post_hoc=score in POST_HOC_SCORES)
+        declare_calibrated(report, f"{level}_forward_calibrated_to_rule",
+                           f"forward-resampling 90% interval covers theta_inf (the rule's own limit), mismatch "
+                           f"{level}, all scores, n <= {SMALL_N}")
     report.declare(Claim("alpha_hat_in_bounds", "number of alpha-hat values outside [5, 200], all studies", "<=", 0,
                          kind=ClaimKind.INVARIANT))
     report.declare(Claim("draws_in_score_range", "number of martingale-posterior draws outside [min h, max h], all "
                          "studies", "<=", 0, kind=ClaimKind.INVARIANT))
     report.declare(Claim("large_mismatch_as_designed", "|Delta| / (sd_F* h / sqrt(20)) of the sigmoid score at the "
                          "large mismatch", ">=", DESIGN_MIN_Z, kind=ClaimKind.SANITY))
+    report.declare(Claim("anomaly_mismatch_severe", "min over levels of |Delta| / (sd_F* h / sqrt(20)) of the anomaly "
+                         "score", ">=", SEVERE_MIN_Z, kind=ClaimKind.SANITY))
     report.declare(Claim("dws_width_shrinks_with_n", "max over studies of mean DWS width at the largest n / at the "
                          "smallest n", "<", 1.0, kind=ClaimKind.SANITY))
 
@@ -92,15 +100,18 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
 
     for level in LEVELS:
         for score in SCORES:
-            measure_near_nominal(report, f"{level}_{score}_dws_covers_theta_inf", values(level, score, DWS))
-            report.measure(f"{level}_{score}_bootstrap_misses_theta_inf", list(values(level, score, NPB)))
-        both = (values(level, "alert", MP_FORWARD) + values(level, "sigmoid", MP_FORWARD)) / 2
-        measure_near_nominal(report, f"{level}_forward_covers_theta_inf", both)
+            measure_calibrated(report, f"{level}_{score}_dws_calibrated_to_rule", values(level, score, DWS))
+            measure_well_below(report, f"{level}_{score}_bootstrap_misses_theta_inf", values(level, score, NPB),
+                               values(level, score, DWS))
+        measure_calibrated(report, f"{level}_forward_calibrated_to_rule",
+                           np.mean([values(level, score, MP_FORWARD) for score in SCORES], axis=0))
     alphas = np.concatenate([np.r_[r.alpha_cal, r.alpha_self] for st in studies.values() for r in st.values()])
     report.measure("alpha_hat_in_bounds", int(np.sum((alphas < 5) | (alphas > 200))))
     report.measure("draws_in_score_range", sum(r.draw_range_violations for st in studies.values() for r in st.values()))
     w = worlds["large mismatch, sigmoid score"]
     report.measure("large_mismatch_as_designed", abs(w.delta) / (w.sigma / math.sqrt(20)))
+    report.measure("anomaly_mismatch_severe", min(abs(w.delta) / (w.sigma / math.sqrt(20)) for key, w in worlds.items()
+                                                  if key.endswith("anomaly score")))
     ratios = [st[max(st)].width[DWS].mean() / st[min(st)].width[DWS].mean() for st in studies.values()]
     report.measure("dws_width_shrinks_with_n", float(max(ratios)))
 
@@ -124,8 +135,10 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                 "counts are fixed, and the baselines use no generator draws (budgets are not comparable, so none are "
                 "matched).")
     report.note("theta_inf is drawn from the same predictive urn the martingale-posterior intervals describe, so "
-                "their coverage of it is calibration to the forecasting rule, not to the population; see the "
-                "theta(F*) columns for the population value.")
+                "their coverage of it is calibration to the forecasting rule, not to the population: those claims are "
+                "invariants (renamed *_calibrated_to_rule from *_covers_theta_inf, which were filed as paper claims "
+                "and PASSed). The paper claims that can fail are the baselines' misses, each judged also on the "
+                "Dirichlet shortcut as its control; see the theta(F*) columns for the population value.")
     return report.finish()
 
 

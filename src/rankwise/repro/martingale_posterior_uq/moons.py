@@ -1,6 +1,10 @@
 """Reproduction A's synthetic deployment: F* = two moons (noise 0.1); the frozen generator Q = a Gaussian KDE
 (bandwidth 0.15) on 5,000 "pre-training" points of a noisier, x-shifted moons (noise 0.2, shift s), so that the
-mismatch Delta = theta(Q) - theta(F*) is set by s. Scores: h_alert(x) = 1{x_2 > 0.5}, h_sigmoid(x) = sigmoid(3 x_1).
+mismatch Delta = theta(Q) - theta(F*) is set by s. Scores: h_alert(x) = 1{x_2 > 0.5}, h_sigmoid(x) = sigmoid(3 x_1),
+and h_anomaly(x) = min(1, d(x) / 0.5) with d the distance from x to the nearer moon's centre curve: an
+out-of-distribution score with a small spread under F* (its noise is 0.1) that the generator's samples, drawn off the
+curves, score far higher. It is the analogue of the paper's per-token NLL under GPT-2, whose own samples score far
+from the real texts: a mismatch of many standard errors, the regime of the paper's 37% bootstrap coverage.
 """
 
 from __future__ import annotations
@@ -12,11 +16,30 @@ import numpy as np
 
 from rankwise.algorithms.martingale_posterior import PoolGenerator
 
+ANOMALY_SCALE = 0.5  # the distance from the curves that scores 1
+
+
+def _arc_distance(p: np.ndarray, centre: tuple[float, float], upper: bool) -> np.ndarray:
+    """Distance [k] from points p [k, 2] to the unit half circle around `centre` (its upper or lower half)."""
+    q = p - np.asarray(centre)
+    on_side = q[:, 1] >= 0 if upper else q[:, 1] <= 0
+    to_circle = np.abs(np.hypot(q[:, 0], q[:, 1]) - 1.0)
+    to_ends = np.minimum(np.hypot(q[:, 0] - 1.0, q[:, 1]), np.hypot(q[:, 0] + 1.0, q[:, 1]))
+    return np.where(on_side, to_circle, to_ends)
+
+
+def anomaly(x: np.ndarray) -> np.ndarray:
+    """min(1, d / 0.5), d = distance [k] from x [k, 2] to the nearer of the two moons' centre curves."""
+    d = np.minimum(_arc_distance(x, (0.0, 0.0), upper=True), _arc_distance(x, (1.0, 0.5), upper=False))
+    return np.minimum(1.0, d / ANOMALY_SCALE)
+
+
 SCORES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "alert": lambda x: (x[:, 1] > 0.5).astype(np.float64),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-3.0 * x[:, 0])),
+    "anomaly": anomaly,
 }
-SUPPORT = {"alert": (0.0, 1.0), "sigmoid": (0.0, 1.0)}
+SUPPORT = {"alert": (0.0, 1.0), "sigmoid": (0.0, 1.0), "anomaly": (0.0, 1.0)}
 
 
 def moons(k: int, noise: float, rng: np.random.Generator, shift: float = 0.0) -> np.ndarray:
