@@ -15,6 +15,12 @@ the block maximum is mis-rounded) or flush to zero; UE5M3 scales remove the anom
 Claim history: the first full run (2026-12-01) narrowed MiniLM by a global alpha = 0.03, where 99.6% of UE4M3
 blocks flush at both block sizes, so its embedding claim could not see the anomaly. Issue 16 restated those claims at
 the subnormal point and added claims; every claim added or restated after that run says so in its text (POST_HOC).
+Issue 24 made every paper claim name how it could fail: an anomaly claim is judged also on the format or point where
+the mechanism is absent (UE5M3, or UE4M3 at the normal point), a "no anomaly" claim on UE4M3 at the same point, a
+parity claim against the UE4M3-S baseline it names; the saturate point, built so that UE4M3's scales overflow, is a
+set-up check, not evidence (`smollm2-saturate-ue4m3-vs-ue5m3` is retired, `smollm2-saturate-ue4m3-loses` replaces
+it as sanity), and `minilm-no-anomaly-ue4m3-normal`, the same ratio as the UE5M3 claim (both formats' scales are
+normal there and share their 3 mantissa bits), is now the control of the anomaly claim instead of a claim.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from rankwise.core.discrimination import comparison, control
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim
 from rankwise.core.progress import progress, say
 from rankwise.core.report import Report
@@ -133,16 +140,14 @@ def declare_claims(report: Report, plan: Settings) -> None:
     P, I, S = ClaimKind.PAPER, ClaimKind.INVARIANT, ClaimKind.SANITY
     d = report.declare
     # B: MiniLM weights
+    normal = control("UE4M3 at the normal point")  # the same format with the mechanism (subnormal scales) absent
     d(Claim("minilm-anomaly-ue4m3", f"MiniLM weights at {SUBNORMAL}: UE4M3 (no global scale) MSE at block 8 / "
-            f"block 16 (> 1: finer is worse) {RESTATED}", ">", 1.0, P))
+            f"block 16 (> 1: finer is worse) {RESTATED}", ">", 1.0, P, discriminates=normal))
     d(Claim("minilm-no-anomaly-ue5m3", f"MiniLM weights at {SUBNORMAL}: UE5M3 (no global scale) MSE at block 8 / "
-            f"block 16 (< 1: finer is better) {RESTATED}", "<", 1.0, P))
+            f"block 16 (< 1: finer is better) {RESTATED}", "<", 1.0, P, discriminates=control("UE4M3")))
     d(Claim("minilm-anomaly-without-flushing", f"MiniLM weights at {SUBNORMAL}: UE4M3's error without the flushed "
             "blocks' term (ordinary + block-maximum terms) at block 8 / block 16 (> 1: the subnormal scales alone "
-            f"make finer worse) {POST_HOC}", ">", 1.0, P))
-    d(Claim("minilm-no-anomaly-ue4m3-normal", "MiniLM weights at the normal point (median block scale "
-            f"2^{REGIME_TARGETS_LOG2['normal']:g}): UE4M3 MSE at block 8 / block 16 (< 1: no anomaly while the "
-            f"scales are normal) {POST_HOC}", "<", 1.0, P))
+            f"make finer worse) {POST_HOC}", ">", 1.0, P, discriminates=normal))
     d(Claim("minilm-subnormal-point-placed", f"set-up: at {SUBNORMAL}, the smallest share (over k = 8, 16) of "
             f"MiniLM blocks whose UE4M3 scale is subnormal {POST_HOC}", ">=", 0.95, S))
     d(Claim("minilm-subnormal-point-few-flushed", f"set-up: at {SUBNORMAL}, the largest share (over k = 8, 16) of "
@@ -166,38 +171,42 @@ def declare_claims(report: Report, plan: Settings) -> None:
     # C: MiniLM embeddings
     d(PairedClaim("minilm-embedding-anomaly", f"MiniLM embeddings at {SUBNORMAL}, UE4M3 without global scale: "
                   "per-sentence (1 - cos) at block 8 minus at block 16 (> 0: finer is worse) " + RESTATED,
-                  ">", 0.0, P, unit="sentences"))
+                  ">", 0.0, P, unit="sentences", discriminates=control("UE5M3")))
     d(PairedClaim("minilm-embedding-no-anomaly-ue5m3", f"MiniLM embeddings at {SUBNORMAL}, UE5M3 without global "
                   f"scale: per-sentence (1 - cos) at block 8 minus at block 16 (< 0: finer is better) {POST_HOC}",
-                  "<", 0.0, P, unit="sentences"))
+                  "<", 0.0, P, unit="sentences", discriminates=control("UE4M3")))
     d(Claim("ue5m3-near-ue4m3-s-embeddings", f"MiniLM embeddings at {SUBNORMAL}, block 8: (1 - cos) of UE5M3 without "
             "a global scale / that of UE4M3 with one (small margin: <= 1.10) [point restated in issue 16, declared "
-            "before this run; it was alpha = 0.03]", "<=", 1.10, P))
+            "before this run; it was alpha = 0.03]", "<=", 1.10, P, discriminates=comparison("UE4M3-S")))
     d(Claim("minilm-embedding-lost-when-flushed", "set-up: at the flush point, UE4M3's best mean cosine over the block "
             f"sizes (the embedding is lost at every size, so a block-size ratio there measures nothing) {POST_HOC}",
             "<=", 0.5, S))
     # C: SmolLM2 perplexity
     k = min(plan.ppl_ks)
     d(Claim("ue5m3-near-ue4m3-s-perplexity", f"SmolLM2 at block {k}: perplexity with UE5M3 (no global scale) / "
-            "with UE4M3 and a global scale (small margin: <= 1.02)", "<=", 1.02, P))
+            "with UE4M3 and a global scale (small margin: <= 1.02)", "<=", 1.02, P,
+            discriminates=comparison("UE4M3-S")))
     d(PairedClaim("smollm2-subnormal-ue4m3-vs-ue5m3", f"SmolLM2 at {SUBNORMAL}, block {k}: per-window NLL of UE4M3 "
                   f"minus UE5M3, both without a global scale (> log {PPL_MARGIN_SUBNORMAL}: UE4M3's perplexity is more "
                   f"than {PPL_MARGIN_SUBNORMAL}x UE5M3's) {POST_HOC}", ">", math.log(PPL_MARGIN_SUBNORMAL), P, unit="windows"))
     d(PairedClaim("smollm2-subnormal-anomaly-ue4m3", f"SmolLM2 at {SUBNORMAL}, UE4M3 without global scale: "
-                  f"per-window NLL at block {k} minus at block {2 * k} (> 0: finer is worse) {POST_HOC}", ">", 0.0, P, unit="windows"))
+                  f"per-window NLL at block {k} minus at block {2 * k} (> 0: finer is worse) {POST_HOC}", ">", 0.0, P,
+                  unit="windows", discriminates=control("UE5M3")))
     d(PairedClaim("smollm2-subnormal-no-anomaly-ue5m3", f"SmolLM2 at {SUBNORMAL}, UE5M3 without global scale: "
-                  f"per-window NLL at block {k} minus at block {2 * k} (< 0: finer is better) {POST_HOC}", "<", 0.0, P, unit="windows"))
-    d(PairedClaim("smollm2-saturate-ue4m3-vs-ue5m3", "SmolLM2 at the saturate point (median block scale "
-                  f"2^{REGIME_TARGETS_LOG2['saturate']:g}), block {k}: per-window NLL of UE4M3 minus UE5M3, no global "
-                  f"scale (> log {PPL_MARGIN_SATURATE}: UE4M3's perplexity is more than {PPL_MARGIN_SATURATE}x) "
-                  f"{POST_HOC}", ">", math.log(PPL_MARGIN_SATURATE), P, unit="windows"))
+                  f"per-window NLL at block {k} minus at block {2 * k} (< 0: finer is better) {POST_HOC}", "<", 0.0, P,
+                  unit="windows", discriminates=control("UE4M3")))
+    d(PairedClaim("smollm2-saturate-ue4m3-loses", "set-up: SmolLM2 at the saturate point (median block scale "
+                  f"2^{REGIME_TARGETS_LOG2['saturate']:g}, built so that UE4M3's scales overflow), block {k}: "
+                  f"per-window NLL of UE4M3 minus UE5M3, no global scale (> log {PPL_MARGIN_SATURATE}) [re-kinded in "
+                  "issue 24 from the paper claim smollm2-saturate-ue4m3-vs-ue5m3: true by construction of the point]",
+                  ">", math.log(PPL_MARGIN_SATURATE), S, unit="windows", post_hoc=True))
     d(Claim("smollm2-flush-lost", f"set-up: SmolLM2 at the flush point, block {k}: UE4M3 perplexity / fp32 "
             f"perplexity (every block flushed: the model is lost) {POST_HOC}", ">=", 10.0, S))
 # ---- A: synthetic -------------------------------------------------------------------------------------------------
 
 def synthetic(report: Report, plan: Settings, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
-    rel = {}  # (scale, k, sigma index) -> (monte carlo, theory) relative MSE
+    rel = {}  # (scale, k, sigma index) -> (monte carlo, theory, theory's ordinary term alone) relative MSE
     for scale in progress(SYNTH_SCALES, desc="synthetic"):
         for k in plan.synth_ks:
             recipe = get_recipe(SCALES[scale], k)
@@ -206,7 +215,7 @@ def synthetic(report: Report, plan: Settings, seed: int) -> None:
                 mc = measured_terms(x, recipe)
                 th = gaussian_terms(sigma, recipe, float(global_scale_for(x.abs().max(), recipe)), points=3000)
                 power = float(x.double().pow(2).mean())
-                rel[scale, k, i] = (mc.total / power, th.total / sigma**2)
+                rel[scale, k, i] = (mc.total / power, th.total / sigma**2, th.element / sigma**2)
     table = report.table("A. synthetic Gaussian blocks: relative MSE (Monte Carlo) at selected sigma",
                          ["scale", "k", *[f"sigma={s:.0e}" for s in _pick(plan.sigmas)], "max |theory/MC - 1|"])
     for scale in SYNTH_SCALES:
@@ -221,19 +230,40 @@ def synthetic(report: Report, plan: Settings, seed: int) -> None:
     exact_ok = np.mean([mc["fp32", a, i] < mc["fp32", b, i] for a, b in pairs for i in range(n)])
     report.claim("exact-scale-monotone", "exact (fp32) scales: the MSE falls at every sigma as blocks shrink "
                  f"(fraction of sigma x neighbouring-k pairs over k in {ks})", exact_ok, ">=", 1.0, kind=ClaimKind.SANITY)
-    worse = [plan.sigmas[i] for i in range(n) if mc["UE4M3", 8, i] > mc["UE4M3", 16, i]] if 8 in ks and 16 in ks else []
-    crossover = max(worse) if worse else None
+    def crossover(scale: str) -> float | None:
+        """sigma*, the largest sigma where block 8 is worse than block 16; with no such sigma on the grid, sigma*
+        lies below its smallest one, which is returned (it bounds sigma*'s distance from the card's from below)."""
+        if not (8 in ks and 16 in ks):
+            return None
+        worse = [plan.sigmas[i] for i in range(n) if mc[scale, 8, i] > mc[scale, 16, i]]
+        return max(worse) if worse else min(plan.sigmas)
+
+    def crossover_distance(scale: str) -> float | None:
+        sigma_star = crossover(scale)
+        return None if sigma_star is None else abs(float(np.log10(sigma_star / CARD_CROSSOVER_SIGMA)))
+
+    def monotone_share(scale: str) -> float:
+        wide = [i for i in range(n) if plan.sigmas[i] >= 1e-4 * 0.999]
+        return float(np.mean([all(mc[scale, a, i] <= mc[scale, b, i] for a, b in pairs if a >= 8) for i in wide]))
+
+    UE4M3 = "UE4M3"
+    distance = crossover_distance(UE4M3)
     report.claim("ue4m3-anomaly-crossover", "UE4M3 without a global scale: block 8 is worse than block 16 below a "
                  f"sigma within 3x of the card's {CARD_CROSSOVER_SIGMA} (measured: |log10(sigma*/0.02)|, sigma* = "
-                 f"{crossover if crossover is None else f'{crossover:.3g}'})",
-                 None if crossover is None else abs(np.log10(crossover / CARD_CROSSOVER_SIGMA)), "<=", float(np.log10(3)), kind=ClaimKind.PAPER)
-    wide = [i for i in range(n) if plan.sigmas[i] >= 1e-4 * 0.999]
-    ue5_ok = np.mean([all(mc["UE5M3", a, i] <= mc["UE5M3", b, i] for a, b in pairs if a >= 8) for i in wide])
+                 f"{'none' if distance is None else f'{crossover(UE4M3):.3g}'})",
+                 distance, "<=", float(np.log10(3)), kind=ClaimKind.PAPER, discriminates=control("UE5M3"))
+    report.get_claim("ue4m3-anomaly-crossover").measure_control(crossover_distance("UE5M3"))
     report.claim("ue5m3-monotone", "UE5M3 without a global scale: finer is never worse (k = 8 <= 16 <= 32) at every "
-                 "sigma >= 1e-4 (fraction of sigma)", ue5_ok, ">=", 1.0, kind=ClaimKind.PAPER)
+                 "sigma >= 1e-4 (fraction of sigma)", monotone_share("UE5M3"), ">=", 1.0, kind=ClaimKind.PAPER,
+                 discriminates=control("UE4M3"))
+    report.get_claim("ue5m3-monotone").measure_control(monotone_share("UE4M3"))
     dev = max(abs(v[1] / v[0] - 1) for v in rel.values())
     report.claim("theory-matches-monte-carlo", "the three-term error model matches Monte Carlo everywhere on the grid "
-                 "(max relative deviation of the total MSE)", dev, "<=", 0.05, kind=ClaimKind.PAPER)
+                 "(max relative deviation of the total MSE)", dev, "<=", 0.05, kind=ClaimKind.PAPER,
+                 discriminates=control("the ordinary term alone"))
+    # The control: the same test on the model without its block-scale terms; if it matched too, the two terms the
+    # paper adds (the mis-rounded block maximum, the flushed blocks) would not be what makes the model right.
+    report.get_claim("theory-matches-monte-carlo").measure_control(max(abs(v[2] / v[0] - 1) for v in rel.values()))
     report.plots["synthetic_mse_vs_sigma"] = _plot_synthetic(plan, rel)
 
 
@@ -254,11 +284,18 @@ def minilm_weights(report: Report, plan: Settings, weights) -> int:
     _sqnr_table(report, "MiniLM", weights, res, plan.weight_ks)
     _terms_table(report, "MiniLM", res, plan.weight_ks)
     mse = lambda r, s, k: res[r, s, k].error.mse  # noqa: E731
-    report.measure("minilm-anomaly-ue4m3", mse("subnormal", "UE4M3", 8) / mse("subnormal", "UE4M3", 16))
-    report.measure("minilm-no-anomaly-ue5m3", mse("subnormal", "UE5M3", 8) / mse("subnormal", "UE5M3", 16))
-    t8, t16 = res["subnormal", "UE4M3", 8].terms, res["subnormal", "UE4M3", 16].terms
-    report.measure("minilm-anomaly-without-flushing", (t8.element + t8.max_element) / (t16.element + t16.max_element))
-    report.measure("minilm-no-anomaly-ue4m3-normal", mse("normal", "UE4M3", 8) / mse("normal", "UE4M3", 16))
+    ratio = lambda r, s: mse(r, s, 8) / mse(r, s, 16)  # noqa: E731
+
+    def unflushed_ratio(r: str) -> float:
+        t8, t16 = res[r, "UE4M3", 8].terms, res[r, "UE4M3", 16].terms
+        return (t8.element + t8.max_element) / (t16.element + t16.max_element)
+
+    report.measure("minilm-anomaly-ue4m3", ratio("subnormal", "UE4M3"))
+    report.get_claim("minilm-anomaly-ue4m3").measure_control(ratio("normal", "UE4M3"))
+    report.measure("minilm-no-anomaly-ue5m3", ratio("subnormal", "UE5M3"))
+    report.get_claim("minilm-no-anomaly-ue5m3").measure_control(ratio("subnormal", "UE4M3"))
+    report.measure("minilm-anomaly-without-flushing", unflushed_ratio("subnormal"))
+    report.get_claim("minilm-anomaly-without-flushing").measure_control(unflushed_ratio("normal"))
     cen = {k: res["subnormal", "UE4M3", k].census for k in (8, 16)}
     report.measure("minilm-subnormal-point-placed", min(c.subnormal for c in cen.values()))
     report.measure("minilm-subnormal-point-few-flushed", max(c.flushed for c in cen.values()))
@@ -363,8 +400,10 @@ def embedding_fidelity(report: Report, plan: Settings, bert, tokenizer) -> None:
                 cos[regime, scale, k] = (embed_sentences(model, tokenizer, texts) * reference).sum(-1).double()
             table.add(point=regime, scale=scale, **{f"cos k={k}": float(cos[regime, scale, k].mean()) for k in plan.model_ks})
     loss = lambda r, s, k: (1 - cos[r, s, k]).tolist()  # noqa: E731
-    report.measure_paired("minilm-embedding-anomaly", loss("subnormal", "UE4M3", 8), loss("subnormal", "UE4M3", 16))
-    report.measure_paired("minilm-embedding-no-anomaly-ue5m3", loss("subnormal", "UE5M3", 8), loss("subnormal", "UE5M3", 16))
+    for claim, scale, other in (("minilm-embedding-anomaly", "UE4M3", "UE5M3"),
+                                ("minilm-embedding-no-anomaly-ue5m3", "UE5M3", "UE4M3")):
+        report.measure_paired(claim, loss("subnormal", scale, 8), loss("subnormal", scale, 16))
+        report.get_claim(claim).measure_control(loss("subnormal", other, 8), loss("subnormal", other, 16))
     mean_loss = lambda r, s, k: float(np.mean(loss(r, s, k)))  # noqa: E731
     report.measure("ue5m3-near-ue4m3-s-embeddings",
                    mean_loss("subnormal", "UE5M3", 8) / max(mean_loss("subnormal", "UE4M3-S", 8), 1e-12))
@@ -399,9 +438,11 @@ def perplexity_sweep(report: Report, plan: Settings, llama, tokenizer) -> None:
                                                          else "" for kk in plan.ppl_ks})
     report.measure("ue5m3-near-ue4m3-s-perplexity", _ppl(nll["as-is", "UE5M3", k]) / _ppl(nll["as-is", "UE4M3-S", k]))
     report.measure_paired("smollm2-subnormal-ue4m3-vs-ue5m3", nll["subnormal", "UE4M3", k], nll["subnormal", "UE5M3", k])
-    report.measure_paired("smollm2-subnormal-anomaly-ue4m3", nll["subnormal", "UE4M3", k], nll["subnormal", "UE4M3", 2 * k])
-    report.measure_paired("smollm2-subnormal-no-anomaly-ue5m3", nll["subnormal", "UE5M3", k], nll["subnormal", "UE5M3", 2 * k])
-    report.measure_paired("smollm2-saturate-ue4m3-vs-ue5m3", nll["saturate", "UE4M3", k], nll["saturate", "UE5M3", k])
+    for claim, scale, other in (("smollm2-subnormal-anomaly-ue4m3", "UE4M3", "UE5M3"),
+                                ("smollm2-subnormal-no-anomaly-ue5m3", "UE5M3", "UE4M3")):
+        report.measure_paired(claim, nll["subnormal", scale, k], nll["subnormal", scale, 2 * k])
+        report.get_claim(claim).measure_control(nll["subnormal", other, k], nll["subnormal", other, 2 * k])
+    report.measure_paired("smollm2-saturate-ue4m3-loses", nll["saturate", "UE4M3", k], nll["saturate", "UE5M3", k])
     report.measure("smollm2-flush-lost", _ppl(nll["flush", "UE4M3", k]) / _ppl(base))
     ppl = {key: _ppl(v) for key, v in nll.items() if key[0] == "as-is"}
     report.plots["smollm2_perplexity_vs_block"] = _plot_model(plan.ppl_ks, ppl, ("as-is",), "perplexity", _ppl(base))
