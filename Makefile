@@ -39,9 +39,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/rankwise demo
 
+# The suite on two workers, one per core (tests/conftest.py gives each worker one torch thread); whole files stay
+# on one worker, so that the tests sharing a file's model or smoke report share it.
 test: $(STAMP)
 	cd src && ../$(BIN)/lint-imports --config ../pyproject.toml --no-cache
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n 2 --dist loadfile
 
 test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not real_model"

@@ -10,6 +10,11 @@ from rankwise.core.progress import set_quiet  # noqa: E402
 
 set_quiet(True)
 
+# `make test` runs the suite on two xdist workers, one per core: each worker's torch gets one thread, so that two
+# workers never ask for more threads than the machine has (oversubscribed 2-thread kernels spin).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
 
 def pytest_addoption(parser):
     parser.addoption("--method", action="append", default=[], metavar="SLUG",

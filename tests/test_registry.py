@@ -94,6 +94,21 @@ def test_reproduced_needs_every_paper_claim_to_pass_and_discriminate():
     assert not report_reproduces(legacy)
 
 
+def test_the_catalogues_summary_counts_only_discriminating_passes(monkeypatch):
+    from rankwise.registry import BY_SLUG
+
+    method = BY_SLUG["plop"]
+    claim = lambda verdict, status: {"kind": "paper", "verdict": verdict, "discrimination": {"status": status}}  # noqa: E731
+    reports = {3: {"size": "full", "protocol": 3, "claims": [claim("PASS", "discriminates"),
+                                                                claim("PASS", "not discriminating (the control passes too)"),
+                                                                claim("FAIL", "discriminates")]},
+               2: {"size": "full", "protocol": 2, "claims": [{"kind": "paper", "verdict": "PASS"}]}}
+    for protocol, expected in ((3, "2/3 paper claims PASS (1 of the PASSes discriminating, 1 FAIL)"),
+                               (2, "1/1 paper claims PASS (discrimination not recorded)")):
+        monkeypatch.setattr(type(method), "report", lambda self, experiment="main", r=reports[protocol]: r)
+        assert method.claims_summary() == expected
+
+
 def test_the_registrys_evidence_rule_reads_the_statuses_core_writes():
     from rankwise.core import discrimination
     from rankwise.registry.records import DISCRIMINATES
