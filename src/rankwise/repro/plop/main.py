@@ -64,6 +64,11 @@ SIZES = BySize(
 # Declared before any run. "Matches" is non-inferiority: PLoP's NLL gain may trail the best heuristic's by at most
 # this many nats per token (about 1% perplexity).
 MATCH_MARGIN = -0.01
+# The SmolLM2 testbed replaced MiniLM classification after plop_beats_inverse FAILed and plop_matches_best_heuristic
+# was INCONCLUSIVE there (2026-12-01); protocol 2 kept the old names. Issue 24 gives the SmolLM2 claims their own
+# names, labelled post hoc, and restores the MiniLM verdicts as retired claims, which keep counting.
+TESTBED = "SmolLM2-135M top-2-layer LM, one wiki topic"
+MINILM_RETIRED = "MiniLM classification testbed (the first full run); the claim's name moved to the SmolLM2 testbed"
 BUDGET_TOLERANCE = 0.05  # relative spread of trainable parameters across arms that still counts as "equal"
 ATTENTION = ("q_proj", "k_proj", "v_proj")
 MLP_TYPES = ("gate_proj", "up_proj", "down_proj")
@@ -81,13 +86,19 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
 
 
 def _declare_claims(report: Report) -> None:
-    report.declare(PairedClaim("plop_matches_best_heuristic", "per-seed test-NLL gain over the base model (nats/token) "
-                               "of PLoP minus that of the better heuristic (attention / MLP, the one with the lower "
-                               "validation NLL); non-inferior within the margin", ">=", MATCH_MARGIN, kind=ClaimKind.PAPER))
-    report.declare(PairedClaim("plop_beats_inverse", "per-seed test-NLL gain of PLoP minus PLoP^-1's (nats/token)", ">", 0.0,
-                               kind=ClaimKind.PAPER))
-    report.declare(Claim("ranking_stable_across_halves", "Kendall tau of SmolLM2 type rankings (all layers) from two "
-                         "disjoint halves of the texts", ">=", 0.7, kind=ClaimKind.PAPER))
+    paper = dict(kind=ClaimKind.PAPER, testbed=TESTBED, post_hoc=True)
+    report.declare(PairedClaim("smollm2_plop_matches_best_heuristic", "per-seed test-NLL gain over the base model "
+                               "(nats/token) of PLoP minus that of the better heuristic (attention / MLP, the one with the "
+                               "lower validation NLL); non-inferior within the margin", ">=", MATCH_MARGIN, **paper))
+    report.declare(PairedClaim("smollm2_plop_noninferior_to_mlp", "per-seed test-NLL gain of PLoP minus the MLP "
+                               "placement's (nats/token); non-inferior within the margin", ">=", MATCH_MARGIN, **paper))
+    report.declare(PairedClaim("smollm2_plop_beats_inverse", "per-seed test-NLL gain of PLoP minus PLoP^-1's "
+                               "(nats/token)", ">", 0.0, **paper))
+    for name in ("plop_beats_inverse", "plop_matches_best_heuristic"):
+        report.recall_hidden_verdict(name, MINILM_RETIRED)
+    # A precondition of using NFN to place adapters, not the paper's result: a check (re-kinded from paper in issue 24).
+    report.declare(Claim("nfn_ranking_stable_across_halves", "Kendall tau of SmolLM2 type rankings (all layers) from "
+                         "two disjoint halves of the texts", ">=", 0.7, kind=ClaimKind.SANITY, post_hoc=True))
     report.declare(Claim("ranking_stable_across_seeds", "min Kendall tau of SmolLM2 type rankings across 3 random-baseline seeds",
                          ">=", 0.9, kind=ClaimKind.SANITY))
     report.declare(Claim("every_arm_improves", "min over arms and seeds of the test-NLL gain over the base model (nats/token)",
@@ -153,9 +164,10 @@ def _run(report: Report, s: Settings, seed: int, model, tok) -> Report:
 
     gains = {n: [base_test - r.test_nll for r in a.seed_runs] for n, a in results.items()}
     best = min(HEURISTICS, key=lambda n: results[n].selection.chosen_score)  # by validation, never by test
-    report.measure_paired("plop_matches_best_heuristic", gains[PLOP], gains[best])
-    report.measure_paired("plop_beats_inverse", gains[PLOP], gains[INVERSE])
-    report.measure("ranking_stable_across_halves", tau_halves)
+    report.measure_paired("smollm2_plop_matches_best_heuristic", gains[PLOP], gains[best])
+    report.measure_paired("smollm2_plop_noninferior_to_mlp", gains[PLOP], gains[MLP])
+    report.measure_paired("smollm2_plop_beats_inverse", gains[PLOP], gains[INVERSE])
+    report.measure("nfn_ranking_stable_across_halves", tau_halves)
     report.measure("ranking_stable_across_seeds", tau_seeds)
     report.measure("every_arm_improves", min(min(g) for g in gains.values()))
     report.measure("frozen_prefix_exact", prefix_error)
