@@ -131,6 +131,18 @@ def test_balancedness_is_conserved_by_small_step_gd():
     assert max(abs(a - b) for a, b in zip(after, before)) < 0.05 * moved
 
 
+def test_the_deep_linear_option_trains_the_linear_net_of_the_same_widths():
+    x, _, _, gen = _problem(6)
+    y_star = torch.randn(3, x.shape[1], generator=gen, dtype=torch.float64)
+    ws = init_weights([5, 7, 6, 3], 0.5, gen)
+    linear = train_from_init(x, y_star, ws, steps=1, eta=1e-2, rule="constant", log_every=1, relu=False)
+    product = ws[2] @ ws[1] @ ws[0]  # without ReLUs the net is one matrix
+    assert linear.losses[0] == pytest.approx(float(((product @ x - y_star) ** 2).sum() / (2 * x.shape[1])), rel=1e-12)
+    relu = train_from_init(x, y_star, ws, steps=1, eta=1e-2, rule="constant", log_every=1)
+    assert relu.losses[0] == pytest.approx(float(mse_loss(ws, x, y_star)), rel=1e-12)
+    assert relu.losses[0] != pytest.approx(linear.losses[0], rel=1e-6)  # the ReLUs are active on this problem
+
+
 def _euler_flow_norm(theta, x, g, dt, steps, relu):
     for _ in range(steps):  # explicit Euler on d theta / dt = -grad L_0(theta)
         _, grads = local_loss_gradient(theta, x, g, relu)

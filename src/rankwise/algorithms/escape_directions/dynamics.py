@@ -51,11 +51,12 @@ class Trajectory:
 
 def train_from_init(x: torch.Tensor, y_star: torch.Tensor, weights: Sequence[torch.Tensor], steps: int,
                     eta: float, lr_max: float = math.inf, rule: str = "relative", log_every: int = 10, top_k: int = 5,
-                    escape_drop: float = 0.02, steps_after_escape: int | None = None, desc: str = "GD"
-                    ) -> Trajectory:
+                    escape_drop: float = 0.02, steps_after_escape: int | None = None, desc: str = "GD",
+                    relu: bool = True) -> Trajectory:
     """Full-batch GD on C = ||Y_theta - Y*||^2 / (2N) from `weights` (copied); x [d_0, N], y_star [d_L, N].
 
     Stops after `steps` updates, or `steps_after_escape` updates after the escape step when that is set.
+    `relu=False` trains the deep linear net of the same widths (the baseline whose layers all stay balanced).
     """
     if rule not in RULES:
         raise InvalidInputError(f"rule must be one of {RULES}, got {rule!r}")
@@ -68,7 +69,7 @@ def train_from_init(x: torch.Tensor, y_star: torch.Tensor, weights: Sequence[tor
     threshold = (1 - escape_drop) * traj.zero_loss
     stop_at = steps
     for t in progress(range(steps + 1), desc=desc):
-        loss = mse_loss(ws, x, y_star)
+        loss = mse_loss(ws, x, y_star, relu)
         value = float(loss.detach())
         if not math.isfinite(value):
             raise NumericalError(f"loss became {value} at step {t}; lower eta ({eta}) or lr_max ({lr_max})")

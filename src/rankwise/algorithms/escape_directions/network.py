@@ -66,9 +66,10 @@ def local_loss(weights: Sequence[torch.Tensor], x: torch.Tensor, g: torch.Tensor
     return (g * y).sum()
 
 
-def mse_loss(weights: Sequence[torch.Tensor], x: torch.Tensor, y_star: torch.Tensor) -> torch.Tensor:
-    """C(Y_theta) = ||Y_theta - Y*||_F^2 / (2N)."""
-    y = output(weights, x)
+def mse_loss(weights: Sequence[torch.Tensor], x: torch.Tensor, y_star: torch.Tensor, relu: bool = True
+             ) -> torch.Tensor:
+    """C(Y_theta) = ||Y_theta - Y*||_F^2 / (2N). `relu=False`: the deep linear net."""
+    y = output(weights, x, relu)
     if y_star.shape != y.shape:
         raise InvalidInputError(f"targets must be [d_L, N] = {list(y.shape)}, got {list(y_star.shape)}")
     return ((y - y_star) ** 2).sum() / (2 * y.shape[1])

@@ -12,6 +12,13 @@ Card escape-directions.md (Bantzis, Simon, Jacot, ICLR 2026), on sklearn's digit
   deep linear net's escape direction.
 - E3 (the paper's Example 1): best escape speed over random restarts at widths 4, 20, 100 against sqrt(2) - 1, the
   best any all-rank-1 direction reaches.
+
+Issue 24 added the depth trend (post hoc, after the earlier runs' tables): at the escape of small-init training, the
+first layer is far less rank-1 than the deeper layers, which is the theorem's picture of a ReLU net (the first layer
+may keep rank, the deeper ones collapse to rank 1). Its control is the deep linear net of the same widths, trained
+from the same small init. Gradient flow keeps a linear net's layers balanced, so all of its layers share one spectrum,
+and the same test must fail there. E1's two claims do not discriminate (the deep linear escape direction passes
+them too): they stay as they are, reported as such.
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ SMALL_SCALE = 0.1  # the card's sigma_0 = 0.1 / sqrt(fan_in)
 ESCAPE_DROP = 0.02
 GAP_MARGIN = 0.5  # small init's depth gap must exceed standard init's by more than this
 NEAR_RANK_ONE = 0.9
+FIRST_LAYER_TREND = 0.5  # (s1/s2)(W_1) / min over deeper layers (s1/s2)(W_l) at most this: the first layer keeps rank
 DEEP_LINEAR = "the deep linear net's escape direction"  # the control of the two E1 claims (the audit's)
 TOY_WIDTH = 20
 TOP_K = 5
@@ -107,6 +115,12 @@ def _declare(report: Report, s: Settings) -> None:
     report.declare(SampleClaim("depth_gap_at_escape", f"small-init training, depth {s.depth}: per seed, min over "
                                f"deeper layers l in {deep} of (s1/s2)(W_l) / l^(1/4) at the escape step", ">=", 1.0,
                                kind=ClaimKind.PAPER, discriminates=control("PyTorch's default init")))
+    report.declare(SampleClaim("first_layer_less_rank_one", f"small-init training, depth {s.depth}: per seed, "
+                               "(s1/s2)(W_1) / min over deeper layers of (s1/s2)(W_l) at the escape step (the depth "
+                               "trend)", "<=", FIRST_LAYER_TREND, kind=ClaimKind.PAPER,
+                               discriminates=control("the deep linear net from the same small init"),
+                               testbed=f"sklearn digits, bias-free MLP depth {s.depth} width {s.train_width}",
+                               post_hoc=True))
     report.declare(PairedClaim("gap_small_vs_standard_init", "per seed, the depth gap at the escape of small init "
                                "minus that of PyTorch's default init (same data, step rule, seed)", ">", GAP_MARGIN,
                                kind=ClaimKind.PAPER, discriminates=comparison("PyTorch's default init")))
@@ -215,41 +229,52 @@ def _log10(v: float) -> float:
     return math.log10(v) if 0 < v < math.inf else (math.inf if v == math.inf else math.nan)
 
 
-def _train(x, y_star, s: Settings, depth: int, seed: int, scale: float, distribution: str):
+def _train(x, y_star, s: Settings, depth: int, seed: int, scale: float, distribution: str, relu: bool = True):
     gen = torch.Generator().manual_seed(seed)
     w0 = init_weights(layer_widths(x.shape[0], s.train_width, y_star.shape[0], depth), scale, gen, torch.float32,
                       distribution)
     return train_from_init(x.float(), y_star.float(), w0, s.max_steps, s.eta, rule="relative", log_every=s.log_every,
                            top_k=TOP_K, escape_drop=ESCAPE_DROP, steps_after_escape=s.steps_after_escape,
-                           desc=f"E2 depth {depth} seed {seed}")
+                           desc=f"E2 depth {depth} seed {seed}", relu=relu)
+
+
+def _first_layer_trend(ratios: list[float]) -> float:
+    """(s1/s2)(W_1) / min over the deeper layers of (s1/s2)(W_l): small when the first layer keeps rank."""
+    return ratios[0] / min(ratios[l - 1] for l in deep_layers(len(ratios)))
 
 
 def _training(report: Report, s: Settings, x, y_star, seeds: list[int], best_speeds: list[float]):
     g = mse_gradient_at_zero(y_star)
     t = report.table(f"E2: at the escape step, depth {s.depth}, width {s.train_width} (s1/s2 per layer 1..L)",
                      ["init", "seed", "escape_step", "loss_at_escape", *[f"s1/s2 W{l}" for l in range(1, s.depth + 1)],
-                      "deep_rank1_share", "depth_gap", "escape_dir_speed", "escape_dir_alignment",
+                      "deep_rank1_share", "depth_gap", "first_layer_trend", "escape_dir_speed", "escape_dir_alignment",
                       "optimal_speed_E1"])
-    runs: dict[str, list] = {"small": [], "standard": []}
-    gaps: dict[str, list[float]] = {"small": [], "standard": []}
+    runs: dict[str, list] = {"small": [], "standard": [], "deep linear, small": []}
+    gaps: dict[str, list[float]] = {arm: [] for arm in runs}
+    trends: dict[str, list[float]] = {arm: [] for arm in runs}
     for k, sd in enumerate(seeds):
-        for arm, scale, dist in (("small", SMALL_SCALE, "normal"), ("standard", 1.0, "uniform")):
-            traj = _train(x, y_star, s, s.depth, sd, scale, dist)
+        for arm, scale, dist, relu in (("small", SMALL_SCALE, "normal", True), ("standard", 1.0, "uniform", True),
+                                       ("deep linear, small", SMALL_SCALE, "normal", False)):
+            traj = _train(x, y_star, s, s.depth, sd, scale, dist, relu)
             runs[arm].append(traj)
             ws = traj.escape_weights if traj.escape_weights is not None else traj.final_weights
             ratios, shares = layer_ratios(ws), layer_shares(ws)
             gaps[arm].append(depth_gap(ratios))
+            trends[arm].append(_first_layer_trend(ratios))
             w64 = [w.double() for w in ws]
             t.add(init=arm, seed=sd, escape_step=traj.escape_step if traj.escape_step is not None else "none",
                   loss_at_escape=traj.losses[traj.escape_step] if traj.escape_step is not None else traj.losses[-1],
                   **{f"s1/s2 W{l}": ratios[l - 1] for l in range(1, s.depth + 1)},
                   deep_rank1_share=stats_.fmean(shares[l - 1] for l in deep_layers(s.depth)),
-                  depth_gap=gaps[arm][-1], escape_dir_speed=escape_speed(w64, x, g),
-                  escape_dir_alignment=fixed_point_alignment(w64, x, g), optimal_speed_E1=best_speeds[k])
+                  depth_gap=gaps[arm][-1], first_layer_trend=trends[arm][-1],
+                  escape_dir_speed=escape_speed(w64, x, g, relu), escape_dir_alignment=fixed_point_alignment(w64, x, g, relu),
+                  optimal_speed_E1=best_speeds[k])
     say("E2 done")
     report.measure("depth_gap_at_escape", gaps["small"])
     report.get_claim("depth_gap_at_escape").measure_control(gaps["standard"])
     report.measure_paired("gap_small_vs_standard_init", gaps["small"], gaps["standard"])
+    report.measure("first_layer_less_rank_one", trends["small"])
+    report.get_claim("first_layer_less_rank_one").measure_control(trends["deep linear, small"])
     report.measure("all_small_init_runs_escaped", stats_.fmean(r.escape_step is not None for r in runs["small"]))
     report.measure("standard_init_has_no_gap", gaps["standard"])
     return runs["small"], runs["standard"]
