@@ -59,7 +59,7 @@ FINETUNE_SIZES = BySize(
     smoke=FinetuneSettings(train=32, val=16, eval=16, max_length=16, steps=3, batch=4, rank=2,
                            full_lrs=(1e-4,), lora_lrs=(1e-3,), seeds=1),
     full=FinetuneSettings(train=1600, val=400, eval=400, max_length=16, steps=1000, batch=4, rank=8,
-                          full_lrs=(1e-4, 3e-4, 1e-3, 3e-3), lora_lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=3),
+                          full_lrs=(1e-4, 3e-4, 1e-3, 3e-3), lora_lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=5),
 )
 
 
