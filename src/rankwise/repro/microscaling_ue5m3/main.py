@@ -246,11 +246,10 @@ def synthetic(report: Report, plan: Settings, seed: int) -> None:
         wide = [i for i in range(n) if plan.sigmas[i] >= 1e-4 * 0.999]
         return float(np.mean([all(mc[scale, a, i] <= mc[scale, b, i] for a, b in pairs if a >= 8) for i in wide]))
 
-    UE4M3 = "UE4M3"
-    distance = crossover_distance(UE4M3)
+    distance, sigma_star = crossover_distance("UE4M3"), crossover("UE4M3")
     report.claim("ue4m3-anomaly-crossover", "UE4M3 without a global scale: block 8 is worse than block 16 below a "
                  f"sigma within 3x of the card's {CARD_CROSSOVER_SIGMA} (measured: |log10(sigma*/0.02)|, sigma* = "
-                 f"{'none' if distance is None else f'{crossover(UE4M3):.3g}'})",
+                 f"{'none' if sigma_star is None else f'{sigma_star:.3g}'})",
                  distance, "<=", float(np.log10(3)), kind=ClaimKind.PAPER, discriminates=control("UE5M3"))
     report.get_claim("ue4m3-anomaly-crossover").measure_control(crossover_distance("UE5M3"))
     report.claim("ue5m3-monotone", "UE5M3 without a global scale: finer is never worse (k = 8 <= 16 <= 32) at every "
