@@ -104,6 +104,23 @@ def test_additive_bound_every_step_and_recomputations_within_log_bound(stream_ro
     assert bool((tr.frob2[idx[1:]] > 1.1 * tr.frob2[idx[:-1]]).all())
 
 
+def test_violation_of_another_promise_is_judged_at_the_same_eps(stream_rows, opt):
+    # the lazy additive stream keeps cost <= OPT + eps F; asked about (1 + eps) OPT it must be judged against that
+    # bound, not its own: on the adversarial alternation it breaks the multiplicative one
+    s = LazyAdditiveLRA(D, K, 0.2)
+    s.update(stream_rows)
+    tr = s.trace
+    own, multiplicative = tr.violation(opt), tr.violation(opt, "multiplicative")
+    expected = (tr.cost - 1.2 * opt) / tr.frob2
+    slack = tr.bound(opt, "multiplicative") - 1.2 * opt  # the rounding slack, a few ulps of F
+    assert bool((slack >= 0).all()) and float((slack / tr.frob2).max()) < 1e-9
+    assert torch.allclose(multiplicative, expected - slack / tr.frob2, rtol=0, atol=1e-12)
+    assert float(own.max()) <= 0 < float(multiplicative.max())
+    assert torch.equal(tr.violation(opt, "additive"), own)
+    with pytest.raises(InvalidInputError):
+        tr.violation(opt, "sometimes")
+
+
 def test_additive_stream_does_not_move_between_recomputations(stream_rows):
     s = LazyAdditiveLRA(D, K, 0.2)
     s.update(stream_rows)

@@ -122,18 +122,20 @@ class StreamTrace:
             raise InvalidInputError(f"opt must have one value per step ({len(self)}), got shape {tuple(o.shape)}")
         return o
 
-    def bound(self, opt: torch.Tensor | None = None) -> torch.Tensor:
-        """The largest cost the stream's promise allows at every step [n]."""
+    def bound(self, opt: torch.Tensor | None = None, kind: str | None = None) -> torch.Tensor:
+        """The largest cost the stream's promise allows at every step [n]; `kind` ("additive" / "multiplicative"):
+        another promise at the same eps, to ask whether this stream also met it (default: its own)."""
         o = self._opt(opt)
-        return guarantee_bound(self.kind, self.eps, o, self.frob2, rounding_slack(self.frob2, self.dim, self.steps))
+        return guarantee_bound(self.kind if kind is None else kind, self.eps, o, self.frob2,
+                               rounding_slack(self.frob2, self.dim, self.steps))
 
     def holds(self, opt: torch.Tensor | None = None) -> torch.Tensor:
         """Whether the promise holds at every step [n] bool."""
         return self.cost <= self.bound(opt)
 
-    def violation(self, opt: torch.Tensor | None = None) -> torch.Tensor:
-        """(cost - bound) / ||A^(t)||_F^2 at every step [n]: <= 0 where the promise holds."""
-        return (self.cost - self.bound(opt)) / self.frob2.clamp_min(torch.finfo(torch.float64).tiny)
+    def violation(self, opt: torch.Tensor | None = None, kind: str | None = None) -> torch.Tensor:
+        """(cost - bound) / ||A^(t)||_F^2 at every step [n]: <= 0 where the promise (its own, or `kind`) holds."""
+        return (self.cost - self.bound(opt, kind)) / self.frob2.clamp_min(torch.finfo(torch.float64).tiny)
 
     def ratio(self, opt: torch.Tensor | None = None) -> torch.Tensor:
         """cost / OPT at every step [n]; steps with OPT within rounding of 0 read 1 if the cost is too, else inf."""

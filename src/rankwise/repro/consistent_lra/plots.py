@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rankwise.repro.consistent_lra.runs import A, ALGORITHMS, B, D, FD, SVD
+from rankwise.repro.consistent_lra.runs import A, ALGORITHMS, B, B_SPARSE, D, FD, SVD
 
-COLORS = {A: "tab:green", B: "tab:olive", D: "tab:blue", SVD: "tab:red", FD: "tab:orange"}
+COLORS = {A: "tab:green", B: "tab:olive", B_SPARSE: "tab:purple", D: "tab:blue", SVD: "tab:red", FD: "tab:orange"}
 
 
 def _pyplot():
@@ -25,18 +25,21 @@ def _thin(y: np.ndarray, points: int = 1500) -> tuple[np.ndarray, np.ndarray]:
 
 def plot_recourse(runs: dict, eps: float):
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.8))
-    for ax, (stream, per_stream) in zip(np.atleast_1d(axes), runs.items()):
+    fig, axes = plt.subplots(2, len(runs), figsize=(5 * len(runs), 7.2), squeeze=False)
+    # top row: the squared recourse; bottom row: the number of steps at which the subspace moved
+    for col, (stream, per_stream) in enumerate(runs.items()):
         first = per_stream[0]
-        for alg in ALGORITHMS:
-            t, y = _thin(first[alg].recourse)
-            keep = y > 0
-            ax.loglog(t[keep], y[keep], color=COLORS[alg], label=alg)
-        ax.set_title(f"{stream}: cumulative recourse (first seed)")
-        ax.set_xlabel("rows t")
-        ax.set_ylabel("sum ||P_t - P_{t-1}||_F^2")
-        ax.grid(True, which="both", alpha=0.3)
-    np.atleast_1d(axes)[0].legend(fontsize=8)
+        for row, (attr, label) in enumerate((("recourse", "sum ||P_t - P_{t-1}||_F^2"), ("changes", "subspace changes"))):
+            ax = axes[row, col]
+            for alg in ALGORITHMS:
+                t, y = _thin(getattr(first[alg], attr).astype(np.float64))
+                keep = y > 0
+                ax.loglog(t[keep], y[keep], color=COLORS[alg], label=alg)
+            ax.set_title(f"{stream}: cumulative {label.split()[-1]} (first seed)")
+            ax.set_xlabel("rows t")
+            ax.set_ylabel(label)
+            ax.grid(True, which="both", alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
     fig.suptitle(f"Recourse against stream length (eps = {eps})")
     fig.tight_layout()
     return fig
@@ -48,7 +51,7 @@ def plot_guarantees(runs: dict, eps: float):
     axes = np.atleast_1d(axes)
     for ax, (stream, per_stream) in zip(axes, runs.items()):
         first = per_stream[0]
-        for alg in (B, D, SVD, FD):
+        for alg in (B, B_SPARSE, D, SVD, FD):
             t, y = _thin(first[alg].ratio_curve)
             keep = np.isfinite(y)
             ax.semilogx(t[keep], y[keep], color=COLORS[alg], label=alg, lw=1)

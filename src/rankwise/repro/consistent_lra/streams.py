@@ -20,6 +20,9 @@ class StreamSpec:
 ADVERSARIAL = StreamSpec("adversarial", 5, "S1: rank-4 Gaussian base + alternating bursts on two more directions, d=40")
 DIGITS = StreamSpec("digits", 10, "sklearn load_digits rows (8x8 images, d=64), random order per seed")
 CAMERA = StreamSpec("camera", 20, "rows of skimage data.camera(), random order per seed")
+# The long real stream: digits and camera are shorter than the ~k log(n) / eps^2 rows ridge-leverage sampling needs
+# before it can skip rows, so only here can B's sampling be sparse while it keeps its promise.
+FASHION = StreamSpec("fashion", 10, "Fashion-MNIST training images, average-pooled to 7x7 (d=49), random order")
 
 
 def adversarial_rows(n: int, seed: int) -> np.ndarray:
@@ -42,3 +45,15 @@ def camera_rows(n: int | None, column_stride: int, seed: int) -> np.ndarray:
     img = img.reshape(img.shape[0], img.shape[1] // column_stride, column_stride).mean(2)
     order = np.random.default_rng(seed).permutation(img.shape[0])
     return img[order[:n]] if n else img[order]
+
+
+def fashion_rows(n: int, pool: int, seed: int) -> np.ndarray:
+    """`n` Fashion-MNIST training images in a random order, average-pooled `pool` x `pool` (d = (28 / pool)^2)."""
+    import torch
+
+    from rankwise.data.vision import load_fashion_mnist
+
+    images = load_fashion_mnist("train").images  # [60000, 1, 28, 28] float32 in [0, 1]
+    order = torch.from_numpy(np.random.default_rng(seed).permutation(images.shape[0])[:n])
+    x = torch.nn.functional.avg_pool2d(images[order], pool).flatten(1)
+    return x.double().numpy()
