@@ -326,6 +326,14 @@ def test_la_lora_on_a_language_modelling_task_is_refused_before_the_model_loads(
         main([*LA_LORA, "--procedure-option", "clients_per_round=2", "--out", str(tmp_path / "ok")])
 
 
+@pytest.mark.method("la-lora")
+def test_a_procedure_given_an_adapter_it_cannot_train_is_refused_before_the_model_loads(tmp_path, capsys, no_work):
+    """la-lora alternates LoRA's A and B factors; with another adapter it failed only after the model loaded."""
+    argv = ["finetune", "--model", "minilm-l6", "--task", "wiki-topics", "--method", "pica", "--rank", "2",
+            "--procedure", "la-lora", "--out", str(tmp_path / "o")]
+    assert "trains lora adapters, not --method pica" in _error(capsys, argv)
+
+
 @pytest.mark.method("coa-lora")
 def test_coa_lora_with_the_default_checkpoints_is_refused_up_front_naming_the_flag(tmp_path, capsys, no_work):
     argv = ["finetune", "--model", "smollm2-135m", "--task", "wiki-lm", "--method", "coa-lora", "--rank", "2",

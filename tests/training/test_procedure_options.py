@@ -114,3 +114,14 @@ def test_what_a_procedure_trains_decides_the_method_it_needs():
     check_trains("lmao", full=False)
     with pytest.raises(InvalidInputError, match="needs an adapter --method, not full"):
         check_trains("lmao", full=True)
+
+
+def test_a_procedure_refuses_an_adapter_its_record_does_not_list():
+    check_trains("la-lora", full=False, method="lora")
+    check_trains("coa-lora", full=False, method="coa-lora")
+    check_trains("coa-lora", full=False, method="lora")
+    check_trains("peso", full=False, method="pica")  # peso's record lists none: any adapter
+    with pytest.raises(InvalidInputError, match="--procedure la-lora trains lora adapters, not --method pica"):
+        check_trains("la-lora", full=False, method="pica")
+    with pytest.raises(InvalidInputError, match="coa-lora or lora adapters, not --method guardspace"):
+        check_trains("coa-lora", full=False, method="guardspace")

@@ -116,7 +116,7 @@ def check_arguments(args: argparse.Namespace) -> dict:
         from rankwise.core.training import TrainConfig
         from rankwise.training.procedures import check_procedure_options, check_procedure_run, check_trains
 
-        check_trains(args.procedure, full)
+        check_trains(args.procedure, full, args.method)
         # Names, types and what needs no model, now, and what the procedure's class and engine say of this run
         # (checkpoints, the federated job); what depends on the module (layer indices, the adapter's choices) when
         # the builder runs, after the model is loaded.

@@ -96,7 +96,8 @@ class ProcedureEntry:
     builder: "module:function" (module, task, seed, config) -> `core.training.Procedure` (annotated with the subclass it
              returns: its `runs_on` and `resumable` are read from it before any model is loaded);
     config:  "module:Class", a frozen dataclass whose fields are the procedure's options (parsed by `core.options`);
-    trains:  "adapter" (needs an adapter --method), "base" (runs with --method full) or "both".
+    trains:  "adapter" (needs an adapter --method), "base" (runs with --method full) or "both";
+    adapters: the adapter --methods it can train (empty: any), so that another is refused before the model loads.
     What runs it (the loop, or an engine of the harness such as the federated one) is the procedure's own `engine`.
     """
 
@@ -104,6 +105,7 @@ class ProcedureEntry:
     builder: str
     config: str
     trains: str = "adapter"
+    adapters: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

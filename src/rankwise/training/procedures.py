@@ -81,13 +81,18 @@ def build_procedure(name: str, module: nn.Module, task: Any, seed: int, **option
     return resolve(procedure_entry(name).builder)(module, task, seed, config)
 
 
-def check_trains(name: str, full: bool) -> None:
-    """Refuse a procedure that trains an adapter with `--method full`, or one that trains the base with an adapter."""
-    trains = procedure_entry(name).trains
+def check_trains(name: str, full: bool, method: str | None = None) -> None:
+    """Refuse a procedure that trains an adapter with `--method full`, one that trains the base with an adapter, or
+    an adapter `method` the procedure's record does not list among those it can train."""
+    entry = procedure_entry(name)
+    trains = entry.trains
     if full and trains == "adapter":
         raise InvalidInputError(f"--procedure {name} trains an adapter: it needs an adapter --method, not full")
     if not full and trains == "base":
         raise InvalidInputError(f"--procedure {name} trains the model's own weights: it needs --method full")
+    if not full and method is not None and entry.adapters and method not in entry.adapters:
+        raise InvalidInputError(f"--procedure {name} trains {' or '.join(entry.adapters)} adapters, not --method "
+                                f"{method}: use --method {entry.adapters[0]}")
 
 
 def run_procedure(procedure: Procedure | None, module: nn.Module, task: Any, config: TrainConfig,
