@@ -10,7 +10,7 @@ import torch
 from rankwise.core.progress import progress
 from rankwise.quant.block import get_recipe, quantize
 from rankwise.quant.error_model import ErrorTerms, measured_terms
-from rankwise.quant.fake_quant import ErrorStats, error_stats, fake_quantize, total_error
+from rankwise.quant.fake_quant import ErrorStats, error_stats, fake_quantize, quantizable_linears, total_error
 from rankwise.quant.formats import UE5M3
 from rankwise.repro.microscaling_ue5m3.regimes import ScaleCensus, block_amax, regime_alphas, scale_census
 
@@ -67,3 +67,22 @@ def ue5m3_changed_blocks(weights: Weights, regime: str, k: int) -> tuple[int, in
         changed += int((base[normal] != moved[normal]).any(-1).sum())
         compared += int(normal.sum())
     return changed, compared
+
+
+def encoder_weights(bert) -> list[tuple[str, torch.Tensor]]:
+    """Every quantized nn.Linear weight of MiniLM (its pooler stays fp32), by module name."""
+    return [(n, m.weight.detach()) for n, m in quantizable_linears(bert, ("pooler.dense",))]
+
+
+def llama_weights(llama) -> list[tuple[str, torch.Tensor]]:
+    """Every nn.Linear weight of SmolLM2, by module name."""
+    return [(n, m.weight.detach()) for n, m in quantizable_linears(llama)]
+
+
+def layer_index(name: str) -> int:
+    """The layer number in a module name (encoder.layer.3..., model.layers.3...); -1 outside the layer stack."""
+    parts = name.split(".")
+    for a, b in zip(parts, parts[1:]):
+        if a in ("layer", "layers") and b.isdigit():
+            return int(b)
+    return -1
