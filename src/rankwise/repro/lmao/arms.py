@@ -67,14 +67,15 @@ def build(arm: str, base: nn.Module, shape: Shape, num_labels: int, seed: int) -
     return clf
 
 
-def _optimizer(module: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+def trainer_optimizer(module: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW for the first-order arms: the head (parameters named head.*) at HEAD_LR, the rest at the arm's rate."""
     named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
     head = [p for n, p in named if n.startswith("head.")]
     rest = [p for n, p in named if not n.startswith("head.")]
     return torch.optim.AdamW([{"params": rest, "lr": config.lr}, {"params": head, "lr": HEAD_LR}], lr=config.lr, weight_decay=0.0)
 
 
-_optimizer.label = f"adamw(head_lr={HEAD_LR})"  # type: ignore[attr-defined]
+trainer_optimizer.label = f"adamw(head_lr={HEAD_LR})"  # type: ignore[attr-defined]
 
 
 def fit(arm: str, base: nn.Module, task: CachedClassificationTask, shape: Shape, num_labels: int, seed: int, lr: float,
@@ -85,11 +86,11 @@ def fit(arm: str, base: nn.Module, task: CachedClassificationTask, shape: Shape,
     trainable = sum(p.numel() for p in clf.parameters() if p.requires_grad)
     try:
         if arm == MEZO:
-            return _mezo(clf, task, shape, seed, lr, steps)
+            return train_mezo(clf, task, shape, seed, lr, steps)
         procedure = lmao_procedure(clf, task, seed, base_lr=base_lr, eps=EPS) if arm == LMAO else None
         before = base_snapshot([(n, p) for n, p in procedure.tensors if p.dim() == 2]) if procedure else {}
         res = train(clf, task, TrainConfig(steps=steps, batch_size=shape.batch, lr=lr, warmup_ratio=0.1, seed=seed),
-                    optimizer=_optimizer, procedure=procedure)
+                    optimizer=trainer_optimizer, procedure=procedure)
     except NumericalError:
         return Fit(float("nan"), float("nan"), trainable, 0, 0.0)
     delta = {n: p.detach() - before[n] for n, p in procedure.tensors if n in before} if procedure else {}
@@ -98,7 +99,7 @@ def fit(arm: str, base: nn.Module, task: CachedClassificationTask, shape: Shape,
                res.wall_s, delta, state)
 
 
-def _mezo(clf: EncoderTopClassifier, task: CachedClassificationTask, shape: Shape, seed: int, lr: float, steps: int) -> Fit:
+def train_mezo(clf: nn.Module, task: CachedClassificationTask, shape: Shape, seed: int, lr: float, steps: int) -> Fit:
     """MeZO: SGD with the SPSA estimate on every tensor (constant lr, eps fixed), the loop's batch order."""
     import time
 
