@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 from rankwise.adapters import LoraConfig, add_adapter
-from rankwise.core.arms import half_decade_neighbour, select_with_extension
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
@@ -37,6 +36,7 @@ from rankwise.errors import NumericalError
 from rankwise.optim.lmao import base_snapshot
 from rankwise.optim.lmao.procedure import lmao_procedure
 from rankwise.repro.lmao.arms import EPS, FULL_FT, LMAO, LORA, MEZO, Shape, full_rank_fraction, train_mezo, trainer_optimizer
+from rankwise.repro.lmao.tuning import tune_arms
 from rankwise.repro.setup import BySize
 from rankwise.training import TrainConfig, train
 from rankwise.training.cached_classification import CachedClassificationTask, CachedInputs
@@ -196,20 +196,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                            **{"validation accuracy": f.accuracy, "validation loss": f.eval_loss})
         return seen[arm, lr, base_lr]
 
-    chosen: dict[str, tuple[float, float]] = {}
-    budget = {"steps": s.steps, "batch": s.batch, "examples_seen": s.steps * s.batch}
-    for arm in (LORA, MEZO, FULL_FT):
-        sel = select_with_extension(s.grid(arm), lambda lr, arm=arm: validate(arm, lr), True, "lr", s.max_extend)
-        chosen[arm] = (sel.chosen, 0.0)
-        report.record_arm(arm, sel, budget=budget)
-    lora_lr = chosen[LORA][0]
-    sel_w = select_with_extension(s.grid(LMAO), lambda w: validate(LMAO, lora_lr, w), True, "eta_W", s.max_extend)
-    report.record_arm(LMAO, sel_w, budget=budget)
-    ba_grid = (half_decade_neighbour(lora_lr, up=False), lora_lr, half_decade_neighbour(lora_lr, up=True))
-    sel_ba = select_with_extension(ba_grid, lambda lr: validate(LMAO, lr, sel_w.chosen), True, "eta_BA", s.max_extend)
-    report.record_arm(f"{LMAO} (eta_BA at eta_W={sel_w.chosen:g})", sel_ba, budget=budget)
-    chosen[LMAO] = (sel_ba.chosen, sel_w.chosen)
-    report.check_budgets_matched(["steps", "batch", "examples_seen"])
+    chosen = tune_arms(report, dict(s.grids), validate, s.max_extend, s.steps, s.batch)
 
     seeds = [seed + 1 + i for i in range(s.seeds)]
     results: dict[str, list[float]] = {arm: [] for arm in (LORA, LMAO, MEZO, FULL_FT)}

@@ -25,12 +25,12 @@ import os
 import statistics as stats
 from dataclasses import dataclass
 
-from rankwise.core.arms import select_with_extension, half_decade_neighbour
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim, SampleClaim
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.repro.lmao.arms import EPS, FULL_FT, HEAD_LR, LMAO, LORA, MEZO, Fit, Shape, fit, full_rank_fraction
 from rankwise.repro.lmao.data import FewShotData
+from rankwise.repro.lmao.tuning import tune_arms
 from rankwise.repro.setup import BySize, experiment_model
 
 
@@ -108,20 +108,8 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                        "validation loss": f.eval_loss, "train s": f.wall_s})
         return _score(f)
 
-    chosen: dict[str, tuple[float, float]] = {}
-    budget = {"steps": sh.steps, "batch": sh.batch, "examples_seen": sh.steps * sh.batch}
-    for arm in (LORA, MEZO, FULL_FT):
-        sel = select_with_extension(s.grid(arm), lambda lr, arm=arm: validate(arm, lr), True, "lr", s.max_extend)
-        chosen[arm] = (sel.chosen, 0.0)
-        report.record_arm(arm, sel, budget=budget)
+    chosen = tune_arms(report, dict(s.grids), validate, s.max_extend, sh.steps, sh.batch)
     lora_lr = chosen[LORA][0]
-    sel_w = select_with_extension(s.grid(LMAO), lambda w: validate(LMAO, lora_lr, w), True, "eta_W", s.max_extend)
-    report.record_arm(LMAO, sel_w, budget=budget)
-    ba_grid = (half_decade_neighbour(lora_lr, up=False), lora_lr, half_decade_neighbour(lora_lr, up=True))  # half-decades around LoRA's
-    sel_ba = select_with_extension(ba_grid, lambda lr: validate(LMAO, lr, sel_w.chosen), True, "eta_BA", s.max_extend)
-    report.record_arm(f"{LMAO} (eta_BA at eta_W={sel_w.chosen:g})", sel_ba, budget=budget)
-    chosen[LMAO] = (sel_ba.chosen, sel_w.chosen)
-    report.check_budgets_matched(["steps", "batch", "examples_seen"])
 
     # invariant: eta_W = 0 is LoRA bit for bit (a short run at the tuning seed)
     a = fit(LORA, base, tune_task, sh, n, seed, lora_lr, steps=s.invariant_steps)
