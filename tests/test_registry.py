@@ -102,9 +102,14 @@ def test_the_catalogues_summary_counts_only_discriminating_passes(monkeypatch):
     reports = {3: {"size": "full", "protocol": 3, "claims": [claim("PASS", "discriminates"),
                                                                 claim("PASS", "not discriminating (the control passes too)"),
                                                                 claim("FAIL", "discriminates")]},
-               2: {"size": "full", "protocol": 2, "claims": [{"kind": "paper", "verdict": "PASS"}]}}
+               2: {"size": "full", "protocol": 2, "claims": [{"kind": "paper", "verdict": "PASS"}]},
+               # every current claim PASSes, but a retired FAIL (a claim replaced after it failed) still decides
+               "retired": {"size": "full", "protocol": 3, "claims": [claim("PASS", "discriminates")],
+                           "retired": [{"kind": "paper", "verdict": "FAIL"}, {"kind": "paper", "verdict": "PASS"},
+                                       {"kind": "sanity", "verdict": "FAIL"}]}}
     for protocol, expected in ((3, "2/3 paper claims PASS (1 of the PASSes discriminating, 1 FAIL)"),
-                               (2, "1/1 paper claims PASS (discrimination not recorded)")):
+                               (2, "1/1 paper claims PASS (discrimination not recorded)"),
+                               ("retired", "1/1 paper claims PASS (1 of the PASSes discriminating, 1 retired FAIL)")):
         monkeypatch.setattr(type(method), "report", lambda self, experiment="main", r=reports[protocol]: r)
         assert method.claims_summary() == expected
 

@@ -238,7 +238,8 @@ class MethodSpec:
         return "implemented"
 
     def claims_summary(self, experiment: str = MAIN) -> str:
-        """Paper-claim verdicts of the committed full report, e.g. "3/4 paper claims PASS, 1 INCONCLUSIVE"."""
+        """Paper-claim verdicts of the committed full report, e.g. "3/4 paper claims PASS (3 of the PASSes
+        discriminating, 1 INCONCLUSIVE, 1 retired FAIL)"."""
         report = self.report(experiment)
         if not report or report.get("size") != "full":
             return ""
@@ -253,6 +254,10 @@ class MethodSpec:
             rest.insert(0, f"{sum(claim_is_evidence(c) for c in paper)} of the PASSes discriminating")
         elif counts["PASS"]:
             rest.insert(0, "discrimination not recorded")
+        # a retired paper claim that fell short still decides the status: say so where the verdicts are read
+        retired = [c for c in report.get("retired", []) if isinstance(c, dict) and c.get("kind") == "paper"]
+        rest += [f"{n} retired {v}" for v in ("FAIL", "INCONCLUSIVE")
+                 if (n := sum(c.get("verdict") == v for c in retired))]
         return text + (f" ({', '.join(rest)})" if rest else "")
 
 
