@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import math
-import statistics as stats
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +35,7 @@ from rankwise.errors import NumericalError
 from rankwise.optim.lmao import base_snapshot
 from rankwise.optim.lmao.procedure import lmao_procedure
 from rankwise.repro.lmao.arms import EPS, FULL_FT, LMAO, LORA, MEZO, Shape, full_rank_fraction, train_mezo, trainer_optimizer
-from rankwise.repro.lmao.tuning import tune_arms
+from rankwise.repro.lmao.tuning import add_summary, tune_arms
 from rankwise.repro.setup import BySize
 from rankwise.training import TrainConfig, train
 from rankwise.training.cached_classification import CachedClassificationTask, CachedInputs
@@ -213,10 +212,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
             if arm == LMAO and f.base_delta and rank_fraction is None:
                 rank_fraction = full_rank_fraction(f.base_delta)
         say(f"lmao digits: seed {run_seed} done")
-    summary = report.table("Mean test accuracy over seeds (points)", ["arm", "lr", "eta_W", "mean", "sd", "seeds"])
-    for arm, v in results.items():
-        summary.add(arm=arm, lr=chosen[arm][0], eta_W=chosen[arm][1] if arm == LMAO else "", mean=stats.mean(v),
-                    sd=stats.stdev(v) if len(v) > 1 else 0.0, seeds=len(v))
+    add_summary(report, "Mean test accuracy over seeds (points)", results, chosen)
     report.measure_paired("rank_bottleneck", results[FULL_FT], results[LORA])
     report.measure_paired("lmao_beats_lora_digits", results[LMAO], results[LORA])
     report.measure_paired("lmao_beats_warm_mezo_digits", results[LMAO], results[MEZO])

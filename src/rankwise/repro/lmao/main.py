@@ -30,7 +30,7 @@ from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.repro.lmao.arms import EPS, FULL_FT, HEAD_LR, LMAO, LORA, MEZO, Fit, Shape, fit, full_rank_fraction
 from rankwise.repro.lmao.data import FewShotData
-from rankwise.repro.lmao.tuning import tune_arms
+from rankwise.repro.lmao.tuning import add_summary, tune_arms
 from rankwise.repro.setup import BySize, experiment_model
 
 
@@ -134,10 +134,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                 if rank_fraction is None:
                     rank_fraction = full_rank_fraction(f.base_delta)
                 rel_update.append(math.sqrt(sum(float(d.square().sum()) for d in f.base_delta.values())))
-    summary = report.table("Mean held-out accuracy over seeds (points)", ["arm", "lr", "eta_W", "mean", "sd", "seeds"])
-    for arm, v in results.items():
-        summary.add(arm=arm, lr=chosen[arm][0], eta_W=chosen[arm][1] if arm == LMAO else "", mean=stats.mean(v),
-                    sd=stats.stdev(v) if len(v) > 1 else 0.0, seeds=len(v))
+    add_summary(report, "Mean held-out accuracy over seeds (points)", results, chosen)
     report.measure_paired("lmao-beats-lora", results[LMAO], results[LORA])
     report.measure_paired("lmao-beats-mezo", results[LMAO], results[MEZO])
     report.measure("base-update-full-rank", rank_fraction)

@@ -1,9 +1,10 @@
-"""How both LMAO experiments choose every arm's rates on validation: LoRA, MeZO and full FT each on its own grid (a
+"""How both LMAO experiments choose every arm's rates on validation, and summarise the chosen arms' results: LoRA, MeZO and full FT each on its own grid (a
 choice on an edge extends the grid by a half-decade, up to `max_extend` times); LMAO by coordinates, eta_W on its
 grid at LoRA's chosen eta_BA, then eta_BA over LoRA's choice and its half-decade neighbours at the chosen eta_W."""
 
 from __future__ import annotations
 
+import statistics as stats
 from collections.abc import Callable, Mapping
 
 from rankwise.core.arms import half_decade_neighbour, select_with_extension
@@ -30,3 +31,12 @@ def tune_arms(report: Report, grids: Mapping[str, tuple[float, ...]], validate: 
     chosen[LMAO] = (sel_ba.chosen, sel_w.chosen)
     report.check_budgets_matched(["steps", "batch", "examples_seen"])
     return chosen
+
+
+def add_summary(report: Report, title: str, results: Mapping[str, list[float]],
+                chosen: Mapping[str, tuple[float, float]]) -> None:
+    """A table of each arm's chosen rates and the mean and sd of its per-seed accuracies (points)."""
+    summary = report.table(title, ["arm", "lr", "eta_W", "mean", "sd", "seeds"])
+    for arm, v in results.items():
+        summary.add(arm=arm, lr=chosen[arm][0], eta_W=chosen[arm][1] if arm == LMAO else "", mean=stats.mean(v),
+                    sd=stats.stdev(v) if len(v) > 1 else 0.0, seeds=len(v))
