@@ -29,6 +29,7 @@ import time
 
 import torch
 
+from rankwise.core.layer_names import layer_index
 from rankwise.core.report import Report
 from rankwise.core.seed import set_seed
 from rankwise.repro.microscaling_ue5m3.claims import declare_claims
@@ -37,7 +38,7 @@ from rankwise.repro.microscaling_ue5m3.plan import SIZES, SLUG, TITLE
 from rankwise.repro.microscaling_ue5m3.regimes import REGIME_TARGETS_LOG2
 from rankwise.repro.microscaling_ue5m3.synthetic import synthetic
 from rankwise.repro.microscaling_ue5m3.weight_tables import error_model_table, minilm_weights, smollm2_weights, torchao_parity
-from rankwise.repro.microscaling_ue5m3.weights import encoder_weights, layer_index, llama_weights
+from rankwise.repro.microscaling_ue5m3.weights import encoder_weights, llama_weights
 from rankwise.repro.setup import experiment_model
 
 
@@ -53,7 +54,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     llama, llama_tok = experiment_model("smollm2-135m", size, seed)
     synthetic(report, plan, seed)
     minilm = encoder_weights(bert)
-    smol = [(n, w) for n, w in llama_weights(llama) if layer_index(n) % plan.smol_layer_stride == 0]
+    smol = [(n, w) for n, w in llama_weights(llama) if _in_every_nth_layer(n, plan.smol_layer_stride)]
     changed = minilm_weights(report, plan, minilm)
     smollm2_weights(report, plan, smol, changed)
     torchao_parity(report, minilm + smol)
@@ -84,3 +85,9 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                 f"errors on every {plan.smol_layer_stride}-th decoder layer; the per-tensor error model on MiniLM "
                 f"layers {plan.error_model_layers}.")
     return report.finish()
+
+
+def _in_every_nth_layer(name: str, stride: int) -> bool:
+    """A weight of every `stride`-th decoder layer; stride 1 keeps every weight, those outside the stack too."""
+    i = layer_index(name)
+    return stride == 1 or (i is not None and i % stride == 0)

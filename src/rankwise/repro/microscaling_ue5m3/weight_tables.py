@@ -3,6 +3,7 @@ scale census), torchao parity and the per-tensor error model; the sweep itself i
 
 from __future__ import annotations
 
+from rankwise.core.layer_names import layer_index
 from rankwise.core.report import Report
 from rankwise.quant.block import get_recipe
 from rankwise.quant.error_model import predict_tensor
@@ -10,7 +11,7 @@ from rankwise.quant.fake_quant import quantizable_linears
 from rankwise.repro.microscaling_ue5m3 import parity
 from rankwise.repro.microscaling_ue5m3.plan import MODEL_SCALES, REGIMES, SCALES, Settings
 from rankwise.repro.microscaling_ue5m3.regimes import regime_alphas
-from rankwise.repro.microscaling_ue5m3.weights import layer_index, sweep, ue5m3_changed_blocks
+from rankwise.repro.microscaling_ue5m3.weights import sweep, ue5m3_changed_blocks
 
 
 def minilm_weights(report: Report, plan: Settings, weights) -> int:

@@ -77,12 +77,3 @@ def encoder_weights(bert) -> list[tuple[str, torch.Tensor]]:
 def llama_weights(llama) -> list[tuple[str, torch.Tensor]]:
     """Every nn.Linear weight of SmolLM2, by module name."""
     return [(n, m.weight.detach()) for n, m in quantizable_linears(llama)]
-
-
-def layer_index(name: str) -> int:
-    """The layer number in a module name (encoder.layer.3..., model.layers.3...); -1 outside the layer stack."""
-    parts = name.split(".")
-    for a, b in zip(parts, parts[1:]):
-        if a in ("layer", "layers") and b.isdigit():
-            return int(b)
-    return -1
