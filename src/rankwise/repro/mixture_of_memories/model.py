@@ -12,7 +12,7 @@ from rankwise.nn.mixture_of_memories import (
     CausalSoftmaxAttention, LinearAttention, MixtureOfMemories, load_balancing_loss,
 )
 
-SOFTMAX, SINGLE, EXPANDED, MOM = "softmax attention", "single memory", "expanded single memory", "MoM"
+SOFTMAX, SINGLE, EXPANDED, MOM = "softmax attention", "single memory", "expanded single memory (key < pairs)", "MoM"
 ARMS = (MOM, SINGLE, EXPANDED, SOFTMAX)
 
 
@@ -28,10 +28,10 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, mixer: nn.Module, mlp_ratio: int) -> None:
+    def __init__(self, d: int, mixer: nn.Module, mlp_hidden: int) -> None:
         super().__init__()
         self.norm1, self.norm2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
-        self.mixer, self.mlp = mixer, SwiGLU(d, mlp_ratio * d)
+        self.mixer, self.mlp = mixer, SwiGLU(d, mlp_hidden)
 
     def forward(self, x: torch.Tensor, routers: list[torch.Tensor]) -> torch.Tensor:
         h = self.norm1(x)
@@ -45,12 +45,17 @@ class Block(nn.Module):
 
 
 class RecallModel(nn.Module):
-    """tokens [batch, seq] -> (logits [batch, seq, vocab], router logits of every MoM layer)."""
+    """tokens [batch, seq] -> (logits [batch, seq, vocab], router logits of every MoM layer).
 
-    def __init__(self, vocab: int, d: int, layers: int, make_mixer: Callable[[], nn.Module], mlp_ratio: int = 2) -> None:
+    `mlp_hidden` defaults to 2 d (SwiGLU ratio 2); only the expanded single memory widens it, to reach MoM's parameter
+    count without giving its memory more key dimensions."""
+
+    def __init__(self, vocab: int, d: int, layers: int, make_mixer: Callable[[], nn.Module],
+                 mlp_hidden: int | None = None) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList([Block(d, make_mixer(), mlp_ratio) for _ in range(layers)])
+        hidden = 2 * d if mlp_hidden is None else mlp_hidden
+        self.blocks = nn.ModuleList([Block(d, make_mixer(), hidden) for _ in range(layers)])
         self.norm = nn.RMSNorm(d, eps=1e-6)
         self.head = nn.Linear(d, vocab, bias=False)
 
@@ -61,15 +66,16 @@ class RecallModel(nn.Module):
         return self.head(self.norm(x)), routers
 
 
-def make_mixer(arm: str, d: int, heads: int, head_dim: int, memories: int, top_k: int, expand: int,
+def make_mixer(arm: str, d: int, heads: int, head_dim: int, memories: int, top_k: int, expanded_key_dim: int,
                chunk_size: int) -> Callable[[], nn.Module]:
-    """A factory of the arm's token mixer (all with the same projections, short convs and read-out)."""
+    """A factory of the arm's token mixer (all with the same projections, short convs and read-out); the expanded
+    single memory has key size `expanded_key_dim` per head, the others `head_dim`."""
     if arm == MOM:
         return lambda: MixtureOfMemories(d, heads, head_dim, head_dim, memories, top_k, True, chunk_size=chunk_size)
     if arm == SINGLE:
         return lambda: LinearAttention(d, heads, head_dim, head_dim, chunk_size=chunk_size)
     if arm == EXPANDED:
-        return lambda: LinearAttention(d, heads, expand * head_dim, head_dim, chunk_size=chunk_size)
+        return lambda: LinearAttention(d, heads, expanded_key_dim, head_dim, chunk_size=chunk_size)
     if arm == SOFTMAX:
         return lambda: CausalSoftmaxAttention(d, heads, head_dim, head_dim)
     raise ValueError(f"unknown arm {arm!r}")

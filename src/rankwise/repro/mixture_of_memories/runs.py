@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from rankwise.core.training import fit
 from rankwise.core.training.schedule import warmup_times_cosine
 from rankwise.repro.mixture_of_memories.data import IGNORE, mqar_batch, vocab_size
-from rankwise.repro.mixture_of_memories.model import RecallModel, aux_loss, make_mixer, n_params
+from rankwise.repro.mixture_of_memories.model import EXPANDED, RecallModel, aux_loss, make_mixer, n_params
 
 AUX_SCALE = 0.01  # the paper's aux_loss_scale
 
@@ -26,7 +26,8 @@ class ModelShape:
     head_dim: int
     memories: int
     top_k: int
-    expand: int  # key_dim multiple of the expanded single memory
+    expanded_key_dim: int  # key size per head of the expanded single memory
+    expanded_mlp_hidden: int  # its SwiGLU width (the others: 2 d_model)
     key_vocab: int
     value_vocab: int
 
@@ -42,9 +43,10 @@ class RunResult:
 
 def build_model(arm: str, shape: ModelShape, seed: int) -> RecallModel:
     torch.manual_seed(seed)
-    mixer = make_mixer(arm, shape.d_model, shape.heads, shape.head_dim, shape.memories, shape.top_k, shape.expand,
-                       chunk_size=None)  # sequences of <= 3 * 32 tokens: one chunk is the fastest form
-    return RecallModel(vocab_size(shape.key_vocab, shape.value_vocab), shape.d_model, shape.layers, mixer)
+    mixer = make_mixer(arm, shape.d_model, shape.heads, shape.head_dim, shape.memories, shape.top_k,
+                       shape.expanded_key_dim, chunk_size=None)  # sequences of <= 3 * 32 tokens: one chunk is fastest
+    hidden = shape.expanded_mlp_hidden if arm == EXPANDED else None
+    return RecallModel(vocab_size(shape.key_vocab, shape.value_vocab), shape.d_model, shape.layers, mixer, hidden)
 
 
 def _eval_sets(pairs: tuple[int, ...], n: int, seed: int, shape: ModelShape) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
