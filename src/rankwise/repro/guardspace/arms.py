@@ -33,24 +33,21 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 LORA, GUARD, UNRELATED, RANDOM, PROJ_ONLY, SAFE = (
     "LoRA", "GuardSpace", "GuardSpace, unrelated-theme P", "GuardSpace, random P", "projector only (LoRA init)",
     "Safe-LoRA-like (LoRA + post-hoc P)")
-# GuardSpace at a tighter null threshold: at the default 1e-4 the protected inputs keep 0.2-0.4 % of their energy
-# inside the "null" space, and overwrite data trained through P finds it (the first full run; see the method page).
-TIGHT = "GuardSpace, null_threshold 1e-6"
-TIGHT_THRESHOLD = 1e-6
-GUARD_ARMS = (GUARD, TIGHT, UNRELATED, RANDOM)  # trained through a GuardPool (TIGHT through its own)
+GUARD_ARMS = (GUARD, UNRELATED, RANDOM)  # trained through a GuardPool (the controls with their P swapped)
 # The projector-only ablation (PROJ_ONLY) is kept as a config but not run by the `full` budget (see the method page).
-TRAINED_ARMS = (LORA, GUARD, TIGHT, UNRELATED, RANDOM)
+TRAINED_ARMS = (LORA, GUARD, UNRELATED, RANDOM)
 
 
-def arm_config(arm: str, r: int, layers: list[int]) -> LoraConfig | GuardSpaceConfig:
-    """The adapter config of a trained arm; LoRA's alpha = 2r for all (scaling 2), no dropout."""
+def arm_config(arm: str, r: int, layers: list[int], null_threshold: float | None = None) -> LoraConfig | GuardSpaceConfig:
+    """The adapter config of a trained arm; LoRA's alpha = 2r for all (scaling 2), no dropout. GuardSpace arms take
+    `null_threshold` (the library default when None)."""
     common = dict(r=r, lora_alpha=2 * r, target_modules=TARGETS, layers_to_transform=layers)
     if arm == LORA:
         return LoraConfig(**common)
+    if null_threshold is not None:
+        common["null_threshold"] = null_threshold
     if arm == PROJ_ONLY:
         return GuardSpaceConfig(init="lora", **common)
-    if arm == TIGHT:
-        return GuardSpaceConfig(null_threshold=TIGHT_THRESHOLD, **common)
     return GuardSpaceConfig(**common)  # GuardSpace and the two controls (their P is swapped after init)
 
 
@@ -90,9 +87,12 @@ class Evaluation:
     test: TopicPrompts
     prot_h: list[torch.Tensor]
     protected: list[Sequence_]
+    pval_h: list[torch.Tensor]  # the validation protected prompts (protected and attacked too; for choosing tau)
+    protected_val: list[Sequence_]
     held_h: list[torch.Tensor]
     heldout: list[Sequence_]
     base_prot: list[torch.Tensor]  # base logits at the answer positions
+    base_pval: list[torch.Tensor]
     base_held: list[torch.Tensor]
 
     def task(self, hs: list[torch.Tensor], prompts: TopicPrompts) -> tuple[float, float]:
@@ -119,9 +119,11 @@ class Evaluation:
         val_acc, val_loss = self.task(self.val_h, self.val)
         acc, loss = self.task(self.test_h, self.test)
         kl_p, em_p = self.drift(self.prot_h, self.protected, self.base_prot)
+        kl_v, em_v = self.drift(self.pval_h, self.protected_val, self.base_pval)
         kl_h, em_h = self.drift(self.held_h, self.heldout, self.base_held)
         return dict(val_accuracy=val_acc, val_loss=val_loss, accuracy=acc, eval_loss=loss, protected_KL=kl_p,
-                    protected_exact=em_p, heldout_KL=kl_h, heldout_exact=em_h)
+                    protected_exact=em_p, val_protected_KL=kl_v, val_protected_exact=em_v, heldout_KL=kl_h,
+                    heldout_exact=em_h)
 
 
 class CachedTask(CachedSequencesLM):
@@ -141,9 +143,10 @@ class GuardPool:
     redoing the per-module eigendecompositions and SVDs for each of the many runs."""
 
     def __init__(self, adapted: AdaptedModel, rank: int, layers: list[int], statistics: dict[str, SecondMoment],
-                 arm: str = GUARD) -> None:
-        self.adapted, self.NAME = adapted, "guard" if arm == GUARD else "guard_tight"
-        adapted.add_adapter(self.NAME, arm_config(arm, rank, layers), statistics=statistics)
+                 null_threshold: float) -> None:
+        self.adapted, self.null_threshold = adapted, null_threshold
+        self.NAME = "guard_" + f"{null_threshold:.0e}".replace("-", "m").replace("+", "p").replace(".", "_")
+        adapted.add_adapter(self.NAME, arm_config(GUARD, rank, layers, null_threshold), statistics=statistics)
         self.initial = {n: {k: v.detach().clone() for k, v in a.state_dict().items()}
                         for n, a in adapted.adapters_of(self.NAME).items()}
         adapted.set_adapter([])
@@ -165,13 +168,13 @@ class GuardPool:
 
 
 def train_arm(adapted: AdaptedModel, arm: str, lr: float, seed: int, *, rank: int, layers: list[int],
-              pools: dict[str, GuardPool], controls: Callable[[str, int], dict[str, torch.Tensor]],
+              pool: GuardPool, controls: Callable[[str, int], dict[str, torch.Tensor]],
               task: CachedTask, evaluation: Evaluation, steps: int, batch: int,
               safe_bases: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
     """Train one arm at (lr, seed) and score it: {arm: scores} (LoRA also yields the Safe-LoRA-like scores).
 
-    `pools[GUARD]` serves GuardSpace and the controls, `pools[TIGHT]` the tighter threshold; `controls(arm, seed)`
-    gives the replacement null bases of a control arm. Scores of a diverged run are NaN.
+    `pool` (GuardSpace at one null threshold) serves GuardSpace and the controls; `controls(arm, seed)` gives the
+    replacement null bases of a control arm (of the pool's dimensions). Scores of a diverged run are NaN.
     """
     set_seed(seed)
     lora = arm not in GUARD_ARMS
@@ -179,7 +182,6 @@ def train_arm(adapted: AdaptedModel, arm: str, lr: float, seed: int, *, rank: in
         adapted.add_adapter("run", arm_config(arm, rank, layers))
         adapters = adapted.adapters_of("run")
     else:
-        pool = pools[TIGHT] if arm == TIGHT else pools[GUARD]
         adapters = pool.activate(controls(arm, seed) if arm in (UNRELATED, RANDOM) else None)
     try:
         trainable = adapted.count_parameters().trainable
