@@ -197,6 +197,23 @@ def test_siren_shapes_count_and_init():
     assert s.hidden[1].weight.abs().max() <= math.sqrt(6 / 20) / 30 * (1 + torch.finfo(torch.float32).eps)  # bound in fp32
 
 
+def test_siren_spder_is_the_same_network_with_the_damped_sine():
+    """SPDER: SIREN's layers and init, sin(x) sqrt|x| on the same pre-activations (checked in float64)."""
+    torch.manual_seed(0)
+    sp = Siren(2, 1, width=12, depth=2, activation="spder").double()
+    x = torch.rand(5, 2, dtype=torch.float64) * 2 - 1
+    h = x
+    for lin in sp.hidden:
+        pre = 30.0 * lin(h)
+        h = torch.sin(pre) * pre.abs().sqrt()
+    torch.testing.assert_close(sp(x), sp.out(h), rtol=1e-12, atol=1e-12)
+    torch.manual_seed(0)
+    sine = Siren(2, 1, width=12, depth=2)
+    assert all(torch.equal(a, b) for a, b in zip(sine.state_dict().values(), sp.float().state_dict().values()))
+    with pytest.raises(UnknownNameError):
+        Siren(2, 1, activation="no-such")
+
+
 @pytest.mark.parametrize("module", [lambda: LRNN(3, 1, ranks=(4,)), lambda: LowRankSeparatedLayer(3, 4),
                                     lambda: Siren(3, 1, 8, 2)])
 @pytest.mark.parametrize("bad, error", [

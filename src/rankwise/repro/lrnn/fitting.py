@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rankwise.core.arms import Selection, select_from_scores
+from rankwise.core.arms import Selection, select_with_extension
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.training import fit as train_fit
@@ -64,16 +64,18 @@ def fit(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor], steps: i
 
 def tune_arm(report: Report, arm: Arm, grid: Sequence[float], run: Callable[[nn.Module, float], Fit],
              val_score: Callable[[nn.Module], float], seed: int, budget: dict[str, float],
-             higher_is_better: bool = True) -> float:
-    """Fit `arm` once per learning rate of `grid` (tuning seed), score each on validation, record and return the choice."""
-    scores = []
-    for lr in grid:
+             higher_is_better: bool = True, extend: int = 0) -> float:
+    """Fit `arm` once per learning rate of `grid` (tuning seed), score each on validation, record and return the
+    choice; while the choice sits on an edge, the grid is extended half a decade beyond it, at most `extend` times."""
+
+    def score_at(lr: float) -> float:
         torch.manual_seed(seed + TUNING_SEED_OFFSET)
         res = run(arm.build(seed + TUNING_SEED_OFFSET), lr)
         score = val_score(res.model) if not res.diverged else math.nan
-        scores.append(score if math.isfinite(score) else (-math.inf if higher_is_better else math.inf))
         say(f"tune {arm.name}: lr {lr:g} -> validation {score:.4g}")
-    sel: Selection = select_from_scores(list(grid), scores, higher_is_better=higher_is_better, param="lr")
+        return score if math.isfinite(score) else (-math.inf if higher_is_better else math.inf)
+
+    sel: Selection = select_with_extension(list(grid), score_at, higher_is_better, param="lr", max_extend=extend)
     report.record_arm(arm.name, sel, budget=budget)
     return float(sel.chosen)
 
@@ -107,13 +109,14 @@ def matched_width(target: int, count: Callable[[int], int], lo: int = 2, hi: int
 def compare_arms(report: Report, arm_list: Sequence[Arm], grid: Sequence[float], train: Callable[[nn.Module, float], Fit],
                  val_score: Callable[[nn.Module], float], evaluate: Callable[[Fit], dict[str, float]], seeds: int,
                  seed: int, budget: Callable[[Arm], dict[str, float]], higher_is_better: bool = True,
-                 ) -> tuple[dict[str, float], dict[str, dict[str, list[float]]]]:
-    """Tune every arm's learning rate on validation (same grid, same procedure), then fit it over `seeds` seeds.
+                 extend: int = 0) -> tuple[dict[str, float], dict[str, dict[str, list[float]]]]:
+    """Tune every arm's learning rate on validation (same grid, same procedure; `extend` as in `tune_arm`), then fit
+    it over `seeds` seeds.
 
     Returns ({arm: chosen lr}, {arm: {metric: per-seed values}}) with the metrics `evaluate` computes per fit.
     """
-    chosen = {a.name: tune_arm(report, a, a.lr_grid or grid, train, val_score, seed, budget(a), higher_is_better)
-              for a in arm_list}
+    chosen = {a.name: tune_arm(report, a, a.lr_grid or grid, train, val_score, seed, budget(a), higher_is_better,
+                               extend) for a in arm_list}
     results: dict[str, dict[str, list[float]]] = {a.name: {} for a in arm_list}
     for i in range(seeds):
         for arm in arm_list:
