@@ -58,7 +58,7 @@ SIZES = BySize(
     smoke=Settings(toy_sequences=256, toy_steps=20, capture=(32, 16, 32), n_ov=32, n_qk=4, d_qk=32, k=4,
                    fit_steps=10, fit_batch=8, lr_grid=(1e-3, 3e-3), seeds=1, n_top=10, probes=8),
     full=Settings(toy_sequences=20000, toy_steps=1000, capture=(3000, 300, 1000), n_ov=256, n_qk=8, d_qk=32, k=8,
-                  fit_steps=1200, fit_batch=32, lr_grid=(3e-3, 1e-2, 3e-2, 1e-1), seeds=3, n_top=100, probes=200),
+                  fit_steps=1200, fit_batch=32, lr_grid=(3e-3, 1e-2, 3e-2, 1e-1), seeds=5, n_top=100, probes=200),
 )
 TOY_LR, TOY_BATCH, LAYER = 3e-3, 32, 1
 INDUCTION_THRESHOLD = 0.8  # the card: "a few Lorsa heads have induction score > 0.8"
