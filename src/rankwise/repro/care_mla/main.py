@@ -7,7 +7,11 @@ Evaluation: perplexity on held-out windows of the eval split (disjoint articles)
 on held-out eval-split articles (`rankwise.eval.multiple_choice`, an accuracy beside perplexity); per-layer relative
 activation error ||X (W - W_hat)|| / ||X W|| on held-out eval-split activations, by the trace identity. Every
 method is compared at the same KV-cache size. The first calibration seed runs every method at every rank; the
-others rerun the calibrated arms the claims pair (CARE-U, CARE-E; plain SVD needs no calibration).
+others rerun the calibrated arms the claims pair (CARE-U, CARE-E, SVD-LLM; plain SVD needs no calibration).
+
+The claims' baseline is SVD-LLM, the strongest calibrated factorization here and the one that shares CARE's objective
+(the activation-weighted error): plain SVD is broken at every rank on this model (perplexity x1,500-2,800), so "CARE
+below plain SVD" could not fail; those comparisons are kept as sanity checks of the set-up.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ VARIANTS = (
     Variant("CARE-E (paper score)", "care", "adjusted", "paper"),
     Variant("CARE-E (code score)", "care", "adjusted", "code"),
 )
-SVD, CARE_U, CARE_E, CARE_E_CODE = VARIANTS[0].label, VARIANTS[4].label, VARIANTS[5].label, VARIANTS[6].label
+SVD, SVD_LLM = VARIANTS[0].label, VARIANTS[2].label
+CARE_U, CARE_E, CARE_E_CODE = VARIANTS[4].label, VARIANTS[5].label, VARIANTS[6].label
+CALIBRATED_CLAIM_ARMS = (SVD_LLM, CARE_U, CARE_E)  # rerun on every calibration seed
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ class Settings:
 
 SIZES = BySize(
     full=Settings(ranks=(12, 24, 48, 96), calib_samples=256, calib_seq_len=32, eval_windows=8, eval_seq_len=256, heldout_windows=4,
-                  timed_rank=48, seeds=3, high_saving_ranks=(12, 24), mc_rank=24, mc_items=48, mc_choices=4),
+                  timed_rank=48, seeds=5, high_saving_ranks=(12, 24), mc_rank=24, mc_items=48, mc_choices=4),
     smoke=Settings(ranks=(4, 8, 16), calib_samples=16, calib_seq_len=16, eval_windows=2, eval_seq_len=64, heldout_windows=2,
                    timed_rank=8, seeds=3, high_saving_ranks=(4,), mc_rank=4, mc_items=4, mc_choices=3),
 )
@@ -78,29 +84,39 @@ MC_CONTEXT_TOKENS, MC_CHOICE_TOKENS = 32, 16
 
 
 def _declare(report: Report, setting: Settings) -> None:
-    """Every claim, before anything is measured."""
+    """Every claim, before anything is measured. The first reports' claims against plain SVD are retired (their
+    verdicts stay in the history): the same comparisons are sanity checks here, the paper claims pair SVD-LLM."""
     n = setting.seeds
-    report.declare(SampleClaim(
-        "care_e_ppl_below_svd", f"CARE-E (adjusted ranks, paper score) has lower perplexity than plain SVD at every r: per calibration seed, "
-        f"max over r of PPL(CARE-E) / PPL(SVD); {n} seeds", "<", 1.0, kind=ClaimKind.PAPER))
-    report.declare(SampleClaim(
-        "care_u_ppl_below_svd", f"CARE-U (uniform ranks) has lower perplexity than plain SVD at every r: per calibration seed, "
-        f"max over r of PPL(CARE-U) / PPL(SVD); {n} seeds", "<", 1.0, kind=ClaimKind.PAPER))
-    report.declare(SampleClaim(
-        "care_activation_error_le_svd_every_layer",
-        "CARE's held-out activation error is at most plain SVD's in every layer, for K and V, at every r (same uniform ranks): "
-        "per calibration seed, the max ratio", "<=", 1.0, kind=ClaimKind.PAPER))
+    new = dict(post_hoc=True, testbed=f"SmolLM2 one-shot, ranks {list(setting.ranks)}, {n} calibration seeds, SVD-LLM "
+                                      "on every seed")
+    paper = dict(kind=ClaimKind.PAPER, **new)
+    for label, key in ((CARE_U, "care_u"), (CARE_E, "care_e")):
+        report.declare(PairedClaim(
+            f"{key}_ppl_below_svd_llm", f"{label} beats SVD-LLM at equal KV-cache size: mean over r in "
+            f"{list(setting.ranks)} of log PPL({label}) - log PPL(SVD-LLM), paired over {n} calibration seeds", "<", 0.0,
+            **paper))
+    for r in setting.high_saving_ranks:
+        report.declare(PairedClaim(
+            f"care_e_ppl_below_svd_llm_r{r}", f"at r={r} ({_saving(r)} KV saving, where the paper claims its gain): log "
+            f"PPL(CARE-E) - log PPL(SVD-LLM), paired over {n} calibration seeds", "<", 0.0, **paper))
     for r in setting.high_saving_ranks:
         report.declare(PairedClaim(
             f"care_e_beats_care_u_r{r}", f"adjusted ranks beat uniform at r={r} ({_saving(r)} KV saving, where the paper claims the gain): "
             f"log PPL(CARE-E) - log PPL(CARE-U), paired over {n} calibration seeds", "<", 0.0, kind=ClaimKind.PAPER))
     r = setting.mc_rank
     report.declare(PairedClaim(
-        f"care_u_accuracy_above_svd_r{r}", f"next-sentence multiple-choice accuracy (points) at r={r}: CARE-U - plain SVD, paired over "
-        f"{n} calibration seeds (SVD needs none)", ">", 0.0, kind=ClaimKind.PAPER))
+        f"care_u_accuracy_above_svd_llm_r{r}", f"next-sentence multiple-choice accuracy (points) at r={r}: CARE-U - SVD-LLM, "
+        f"paired over {n} calibration seeds", ">", 0.0, **paper))
     report.declare(PairedClaim(
         f"care_e_accuracy_above_care_u_r{r}", f"next-sentence multiple-choice accuracy (points) at r={r}: CARE-E - CARE-U, paired over {n} calibration seeds",
         ">", 0.0, kind=ClaimKind.PAPER))
+    sanity = dict(kind=ClaimKind.SANITY, **new)
+    report.declare(SampleClaim(
+        "care_u_far_below_plain_svd", "the set-up: plain SVD is the broken reference -- per calibration seed, max over r of "
+        "PPL(CARE-U) / PPL(plain SVD)", "<", 1.0, **sanity))
+    report.declare(SampleClaim(
+        "care_activation_error_le_plain_svd", "CARE-U's held-out activation error is at most plain SVD's in every layer, "
+        "for K and V, at every r: per calibration seed, the max ratio", "<=", 1.0, **sanity))
     report.declare(Claim(
         "original_accuracy_above_chance", f"the original model's multiple-choice accuracy minus chance (1/{setting.mc_choices}), points: "
         "the measure can see a working model", ">", 10.0, kind=ClaimKind.SANITY))
@@ -144,7 +160,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
         if first:
             timing["calibration"] = time.perf_counter() - t0
         # the first seed runs every method; later seeds the calibrated arms the claims need (SVD is calibration-free)
-        variants = VARIANTS if first else tuple(v for v in VARIANTS if v.label in (CARE_U, CARE_E))
+        variants = VARIANTS if first else tuple(v for v in VARIANTS if v.label in CALIBRATED_CLAIM_ARMS)
         for method in dict.fromkeys(v.method for v in variants):
             t0 = time.perf_counter()
             decomposition = decompose_kv(model, method, moments)
@@ -159,7 +175,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                         timing["allocate + install CARE-E"] = time.perf_counter() - t0
                     errs = activation_errors(model, plan, heldout)
                     result = perplexity(converted, eval_windows, desc=f"perplexity ({v.label}, r={r}, seed {s})").perplexity
-                    if r == setting.mc_rank and v.label in (SVD, CARE_U, CARE_E):
+                    if r == setting.mc_rank and v.label in (SVD, *CALIBRATED_CLAIM_ARMS):
                         acc[v.label, s] = accuracy(converted, f"{v.label}, r={r}, seed {s}")
                     del converted
                     ppl[v.label, r, s], errors[v.label, r, s] = result, errs
@@ -195,30 +211,37 @@ def _allocation_name(v: Variant) -> str:
 
 def _claims(report: Report, setting: Settings, seeds: list[int], ppl: dict, acc: dict, errors: dict, original_acc: float) -> None:
     ranks = setting.ranks
-    report.measure("care_e_ppl_below_svd", [max(ppl[CARE_E, r, s] / ppl[SVD, r, s] for r in ranks) for s in seeds])
-    report.measure("care_u_ppl_below_svd", [max(ppl[CARE_U, r, s] / ppl[SVD, r, s] for r in ranks) for s in seeds])
-    report.measure("care_activation_error_le_svd_every_layer", [
-        max(max(c.k / b.k, c.v / b.v) for r in ranks for c, b in zip(errors[CARE_U, r, s], errors[SVD, r, s])) for s in seeds])
+    mean_log = lambda label, s: sum(math.log(ppl[label, r, s]) for r in ranks) / len(ranks)  # noqa: E731
+    for label, key in ((CARE_U, "care_u"), (CARE_E, "care_e")):
+        report.measure_paired(f"{key}_ppl_below_svd_llm", [mean_log(label, s) for s in seeds], [mean_log(SVD_LLM, s) for s in seeds])
+    log_at = lambda label, r: [math.log(ppl[label, r, s]) for s in seeds]  # noqa: E731
     for r in setting.high_saving_ranks:
-        report.measure_paired(f"care_e_beats_care_u_r{r}", [math.log(ppl[CARE_E, r, s]) for s in seeds], [math.log(ppl[CARE_U, r, s]) for s in seeds])
+        report.measure_paired(f"care_e_ppl_below_svd_llm_r{r}", log_at(CARE_E, r), log_at(SVD_LLM, r))
+        report.measure_paired(f"care_e_beats_care_u_r{r}", log_at(CARE_E, r), log_at(CARE_U, r))
     r = setting.mc_rank
-    report.measure_paired(f"care_u_accuracy_above_svd_r{r}", [acc[CARE_U, s] for s in seeds], [acc[SVD, s] for s in seeds])
+    report.measure_paired(f"care_u_accuracy_above_svd_llm_r{r}", [acc[CARE_U, s] for s in seeds], [acc[SVD_LLM, s] for s in seeds])
     report.measure_paired(f"care_e_accuracy_above_care_u_r{r}", [acc[CARE_E, s] for s in seeds], [acc[CARE_U, s] for s in seeds])
+    report.measure("care_u_far_below_plain_svd", [max(ppl[CARE_U, r, s] / ppl[SVD, r, s] for r in ranks) for s in seeds])
+    report.measure("care_activation_error_le_plain_svd", [
+        max(max(c.k / b.k, c.v / b.v) for r in ranks for c, b in zip(errors[CARE_U, r, s], errors[SVD, r, s])) for s in seeds])
     report.measure("original_accuracy_above_chance", original_acc - 100.0 / setting.mc_choices)
 
 
 def _seed_tables(report: Report, setting: Settings, seeds: list[int], ppl: dict, acc: dict, original_ppl: float, original_acc: float) -> None:
-    table = report.table("Adjusted vs uniform ranks per calibration seed (perplexity)",
-                         ["seed", "r", "kv_saving", "CARE-U", "CARE-E", "E / U", "plain SVD"])
+    table = report.table("CARE-U, CARE-E and SVD-LLM per calibration seed (perplexity)",
+                         ["seed", "r", "kv_saving", "SVD-LLM", "CARE-U", "CARE-E", "U / SVD-LLM", "E / SVD-LLM", "E / U", "plain SVD"])
     for s in seeds:
         for r in setting.ranks:
-            table.add(seed=s, r=r, kv_saving=round(1 - r / 192, 4), **{"CARE-U": ppl[CARE_U, r, s], "CARE-E": ppl[CARE_E, r, s],
-                      "E / U": ppl[CARE_E, r, s] / ppl[CARE_U, r, s], "plain SVD": ppl[SVD, r, s]})
+            table.add(seed=s, r=r, kv_saving=round(1 - r / 192, 4), **{
+                "SVD-LLM": ppl[SVD_LLM, r, s], "CARE-U": ppl[CARE_U, r, s], "CARE-E": ppl[CARE_E, r, s],
+                "U / SVD-LLM": ppl[CARE_U, r, s] / ppl[SVD_LLM, r, s], "E / SVD-LLM": ppl[CARE_E, r, s] / ppl[SVD_LLM, r, s],
+                "E / U": ppl[CARE_E, r, s] / ppl[CARE_U, r, s], "plain SVD": ppl[SVD, r, s]})
     r = setting.mc_rank
     table = report.table(f"Next-sentence multiple-choice accuracy (%) at r = {r}, {setting.mc_items} items x {setting.mc_choices} choices",
-                         ["seed", "original", "plain SVD", "CARE-U", "CARE-E"])
+                         ["seed", "original", "plain SVD", "SVD-LLM", "CARE-U", "CARE-E"])
     for s in seeds:
-        table.add(seed=s, original=original_acc, **{"plain SVD": acc[SVD, s], "CARE-U": acc[CARE_U, s], "CARE-E": acc[CARE_E, s]})
+        table.add(seed=s, original=original_acc, **{"plain SVD": acc[SVD, s], "SVD-LLM": acc[SVD_LLM, s], "CARE-U": acc[CARE_U, s],
+                                                    "CARE-E": acc[CARE_E, s]})
 
 
 def _layer_table(report: Report, setting: Settings, errors: dict, profiles: dict) -> None:
