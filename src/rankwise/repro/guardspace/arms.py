@@ -144,8 +144,8 @@ class GuardPool:
 
     def __init__(self, adapted: AdaptedModel, rank: int, layers: list[int], statistics: dict[str, SecondMoment],
                  null_threshold: float) -> None:
-        self.adapted, self.null_threshold = adapted, null_threshold
-        self.NAME = "guard_" + f"{null_threshold:.0e}".replace("-", "m").replace("+", "p").replace(".", "_")
+        self.adapted = adapted
+        self.NAME = "guard_" + f"{null_threshold:.0e}".translate(str.maketrans("-+.", "mp_"))  # an identifier
         adapted.add_adapter(self.NAME, arm_config(GUARD, rank, layers, null_threshold), statistics=statistics)
         self.initial = {n: {k: v.detach().clone() for k, v in a.state_dict().items()}
                         for n, a in adapted.adapters_of(self.NAME).items()}
