@@ -357,3 +357,23 @@ def test_a_claim_over_evaluation_units_says_so_instead_of_seeds():
     report.measure_paired("per-window", [1.0, 2.0, 3.0, 4.0], [0.0, 0.5, 1.0, 1.5])
     assert report.get_claim("per-window").to_dict()["unit"] == "windows"
     assert "n=4 windows" in report.to_markdown() and "seeds" not in report.to_markdown().split("per-window NLL")[1].split("\n")[0]
+
+
+# --- a claim withheld because a premise of its testbed failed -------------------------------------------------------
+def test_withheld_claim_is_inconclusive_keeps_its_numbers_and_cannot_make_reproduced():
+    r = Report("m", "t", "full", 0)
+    c = r.declare(PairedClaim("gap", "method - baseline", ">", 0.0, kind=ClaimKind.PAPER))
+    r.measure_paired("gap", [2.0, 2.1, 1.9, 2.2, 2.0], [0.0, 0.1, 0.0, 0.1, 0.0])
+    assert c.verdict is Verdict.PASS and r.reproduced
+    c.withhold("80% of the units are dead")
+    assert c.verdict is Verdict.INCONCLUSIVE and not r.reproduced
+    assert "80% of the units are dead" in c.reason and "the test alone: PASS" in c.reason
+    d = c.to_dict()
+    assert d["verdict"] == "INCONCLUSIVE" and d["low"] > 0 and d["method_samples"][0] == 2.0
+    with pytest.raises(InvalidInputError, match="reason"):
+        c.withhold("")
+
+
+def test_withholding_an_unmeasured_claim_leaves_it_not_measured():
+    c = Claim("x", "d", "<", 1.0, kind=ClaimKind.PAPER).withhold("premise failed")
+    assert c.verdict is Verdict.INCONCLUSIVE and c.reason == "not measured"

@@ -181,6 +181,24 @@ class _ClaimBase:
             raise InvalidInputError(f"claim {self.name!r}: only paper claims declare how they discriminate (this one is "
                                     f"{kind_label(self.kind)})")
         self._control: _ClaimBase | None = None
+        self._withheld: str | None = None
+
+    # -- a premise that did not hold ------------------------------------------------------------------------------
+    def withhold(self, reason: str) -> _ClaimBase:
+        """Judge the claim INCONCLUSIVE whatever its interval says, because a premise of its testbed failed (e.g.
+        most of a model's units are dead, so what is measured is not the method). The measurement stays in the
+        report beside the verdict the test alone would have given; `reason` says which premise failed."""
+        if not isinstance(reason, str) or not reason:
+            raise InvalidInputError(f"claim {self.name!r}: withhold needs a reason")
+        self._withheld = reason
+        return self
+
+    def _final(self) -> tuple[Verdict, str | None]:
+        verdict, reason = self._judge()
+        if self._withheld is None or reason == "not measured":
+            return verdict, reason
+        return Verdict.INCONCLUSIVE, (f"withheld: {self._withheld} (the test alone: {verdict.value}"
+                                      + (f", {reason})" if reason else ")"))
 
     # -- discrimination -------------------------------------------------------------------------------------------
     def _declared_discrimination(self) -> Discrimination | None:
@@ -233,12 +251,12 @@ class _ClaimBase:
 
     @property
     def verdict(self) -> Verdict:
-        return self._judge()[0]
+        return self._final()[0]
 
     @property
     def reason(self) -> str | None:
         """Why the verdict is what it is, where that is not just the comparison (not measured, NaN, too few seeds)."""
-        return self._judge()[1]
+        return self._final()[1]
 
     @property
     def passed(self) -> bool:
@@ -251,7 +269,7 @@ class _ClaimBase:
                 "description": self.description}
 
     def _base_dict(self) -> dict[str, Any]:
-        verdict, reason = self._judge()
+        verdict, reason = self._final()
         d = self._declared_discrimination()
         out = {"name": self.name, "description": self.description, "kind": kind_label(self.kind), "type": self.shape,
                "verdict": verdict.value, "reason": reason, "passed": verdict is Verdict.PASS, "measured": self.measured,

@@ -4,8 +4,9 @@ Data: inputs X and targets Y [N, seq, d] (for Lorsa X = the attention input afte
 o_proj; for the SAE X = Y). Both are rescaled so that their mean token norm is sqrt(d); the scales live in the
 module's `input_scale` / `output_scale` buffers, so the fitted module maps raw activations to raw outputs. The loss
 is the MSE in the normalised space over every position but the first `skip_first` (BOS / attention sink). Adam
-without weight decay, gradient clipping at 1.0, a warmup-stable-decay learning rate and a K annealing warmup, on the
-one fitting loop (`rankwise.core.training.fitting`: its NaN guard, clipping and schedule).
+without weight decay, gradient clipping at 1.0, a warmup-stable-decay learning rate, a K annealing warmup and,
+optionally, the auxiliary loss on dead units (`auxk`), on the one fitting loop (`rankwise.core.training.fitting`:
+its NaN guard, clipping and schedule).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from torch import nn
 from rankwise.core.training.fitting import fit as train_fit
 from rankwise.core.training.schedule import warmup_stable_decay
 from rankwise.errors import InvalidInputError, NumericalError
+from rankwise.nn.lorsa.auxk import DeadUnits, aux_loss
 from rankwise.nn.lorsa.checks import check_sequence
+from rankwise.nn.lorsa.topk import top_k
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,20 @@ class FitConfig:
     grad_clip: float = 1.0
     skip_first: int = 1
     seed: int = 0
+    # The auxiliary loss on dead units (`auxk`): 0 = off; else each token's top `aux_k` dead units fit the residual,
+    # weighted by `aux_coef`; a unit is dead after `dead_steps` steps unselected.
+    aux_k: int = 0
+    aux_coef: float = 1.0 / 32.0
+    dead_steps: int = 10
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or not (math.isfinite(self.lr) and self.lr > 0):
             raise InvalidInputError(f"steps and batch_size must be >= 1 and lr > 0, got {self.steps}, {self.batch_size}, {self.lr}")
         if self.skip_first < 0:
             raise InvalidInputError(f"skip_first must be >= 0, got {self.skip_first}")
+        if self.aux_k < 0 or self.dead_steps < 1 or not (math.isfinite(self.aux_coef) and self.aux_coef >= 0):
+            raise InvalidInputError(f"aux_k must be >= 0, dead_steps >= 1 and aux_coef a finite number >= 0, got "
+                                    f"{self.aux_k}, {self.dead_steps}, {self.aux_coef}")
 
     def lr_at(self, step: int) -> float:
         return warmup_stable_decay(step, self.steps, self.lr, max(1, round(self.warmup * self.steps)),
@@ -59,7 +70,8 @@ class FitConfig:
 
 @dataclass
 class FitResult:
-    losses: list[float] = field(default_factory=list)  # normalised MSE per step
+    losses: list[float] = field(default_factory=list)  # normalised MSE per step (the auxiliary term excluded)
+    dead_fraction: float = 0.0  # units unselected over the last `dead_steps` steps, at the end of the fit
 
 
 def mean_token_norm(t: torch.Tensor, skip_first: int = 1) -> float:
@@ -93,7 +105,8 @@ def init_output_(module: nn.Module, x: torch.Tensor, y: torch.Tensor, skip_first
 
 
 def fit(module: nn.Module, x: torch.Tensor, y: torch.Tensor, config: FitConfig, desc: str = "fit") -> FitResult:
-    """Train `module` (called as module(x_batch, k=...)) to map x [N, seq, d_in] to y [N, seq, d]. In place."""
+    """Train `module` (a Lorsa or a TopKSAE: its `codes`, `decode` and `readout`) to map x [N, seq, d_in] to
+    y [N, seq, d], in place. The result's losses are the main MSE per step, without the auxiliary term."""
     check_sequence(x, x.size(-1) if x.dim() == 3 else -1, "inputs")
     check_sequence(y, y.size(-1) if y.dim() == 3 else -1, "targets")
     if x.shape[:2] != y.shape[:2]:
@@ -106,18 +119,29 @@ def fit(module: nn.Module, x: torch.Tensor, y: torch.Tensor, config: FitConfig, 
     if hasattr(module, "b_O"):
         init_output_(module, x[: config.batch_size], y[: config.batch_size], config.skip_first)
     s = config.skip_first
+    n_units = module.config.n_ov if hasattr(module, "config") else module.n_latents
+    dead = DeadUnits(n_units, config.dead_steps)
+    mses: list[float] = []
 
     def loss_at(step: int) -> torch.Tensor:
-        idx = torch.randint(0, x.size(0), (config.batch_size,), generator=gen)
-        pred = module(x[idx], k=config.k_at(step, k_final))
+        rows = torch.randint(0, x.size(0), (config.batch_size,), generator=gen)
+        scores, values = module.codes(x[rows])
+        vals, idx = top_k(scores, values, config.k_at(step, k_final))
         # The loss in normalised units, so lr and clipping mean the same at any activation scale.
-        return (pred[:, s:] - y[idx, s:]).mul(module.output_scale).pow(2).sum(-1).mean()
+        residual = (y[rows, s:] - module.decode(vals, idx)[:, s:]).mul(module.output_scale)  # e = y - y_hat
+        mse = residual.pow(2).sum(-1).mean()
+        mses.append(float(mse.detach()))
+        dead.update(idx[:, s:])
+        if config.aux_k == 0 or config.aux_coef == 0:
+            return mse
+        aux = aux_loss(scores[:, s:], values[:, s:], dead.mask(), residual.detach(), config.aux_k, module.readout)
+        return mse + config.aux_coef * aux
 
     renormalise = getattr(module, "after_step", None)  # the SAE keeps unit decoder rows
-    run = train_fit(module, loss_at, config.steps, lambda params: torch.optim.Adam(params, lr=config.lr, weight_decay=0.0),
-                    schedule=config.lr_at, max_grad_norm=config.grad_clip,
-                    after_step=(lambda _: renormalise()) if renormalise is not None else None, desc=desc)
-    return FitResult(losses=run.losses)
+    train_fit(module, loss_at, config.steps, lambda params: torch.optim.Adam(params, lr=config.lr, weight_decay=0.0),
+              schedule=config.lr_at, max_grad_norm=config.grad_clip,
+              after_step=(lambda _: renormalise()) if renormalise is not None else None, desc=desc)
+    return FitResult(losses=mses, dead_fraction=float(dead.mask().double().mean()))
 
 
 @torch.no_grad()

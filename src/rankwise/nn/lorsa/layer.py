@@ -94,23 +94,30 @@ class Lorsa(nn.Module):
         mag = z.abs() if self.config.selection == "abs" else z.clamp_min(0)
         return mag.detach() * norms
 
+    def codes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the top-K ranks and keeps: x [B, T, d] -> (selection scores, activations), both [B, T, n_ov]."""
+        z = self.activations(x)
+        return self.selection_scores(z), z
+
     def encode(self, x: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The active heads: x [B, T, d] -> (values [B, T, k], head indices [B, T, k] int64)."""
         k = check_k(self.config.k if k is None else k, self.config.n_ov)
-        z = self.activations(x)
-        return top_k(self.selection_scores(z), z, k)
+        return top_k(*self.codes(x), k)
 
     def sparse_activations(self, x: torch.Tensor, k: int | None = None) -> torch.Tensor:
         """Activations after the top-K, zeros for inactive heads: x [B, T, d] -> [B, T, n_ov]."""
         vals, idx = self.encode(x, k)
         return scatter_dense(vals, idx, self.config.n_ov)
 
+    def readout(self, vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """sum of the selected heads' writes z_i w_o^i, normalised units, no bias: [B, T, k] -> [B, T, d]."""
+        if idx.size(-1) == self.config.n_ov:
+            return scatter_dense(vals, idx, self.config.n_ov) @ self.W_O
+        return sparse_readout(vals, idx, self.W_O)
+
     def decode(self, vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """(values, indices) [B, T, k] -> y [B, T, d] in raw output units."""
-        if idx.size(-1) == self.config.n_ov:
-            y = scatter_dense(vals, idx, self.config.n_ov) @ self.W_O + self.b_O
-        else:
-            y = sparse_readout(vals, idx, self.W_O) + self.b_O
+        y = self.readout(vals, idx) + self.b_O
         return y / self.output_scale.to(y.dtype)
 
     def forward(self, x: torch.Tensor, k: int | None = None) -> torch.Tensor:

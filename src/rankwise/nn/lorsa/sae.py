@@ -32,17 +32,28 @@ class TopKSAE(nn.Module):
         self.register_buffer("input_scale", torch.ones(()))
         self.register_buffer("output_scale", torch.ones(()))
 
-    def encode(self, y: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """y [B, T, d] -> (latent values [B, T, k], indices [B, T, k])."""
+    def codes(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the top-K ranks and keeps: y [B, T, d] -> (scores, pre-activations), both [B, T, n_latents]."""
         check_sequence(y, self.d_model, "y")
-        k = check_k(self.k if k is None else k, self.n_latents, "latents")
         ys = y * self.input_scale.to(y.dtype)
         pre = torch.relu((ys - self.b_dec) @ self.W_enc.T + self.b_enc)
-        return top_k(pre.detach(), pre, k)
+        return pre.detach(), pre
+
+    def encode(self, y: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """y [B, T, d] -> (latent values [B, T, k], indices [B, T, k])."""
+        k = check_k(self.k if k is None else k, self.n_latents, "latents")
+        return top_k(*self.codes(y), k)
+
+    def readout(self, vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """sum of the selected latents' decoder rows z_i d_i, normalised units, no bias: [B, T, k] -> [B, T, d]."""
+        return sparse_readout(vals, idx, self.W_dec)
+
+    def decode(self, vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """(values, indices) [B, T, k] -> y_hat [B, T, d] in raw units."""
+        return (self.readout(vals, idx) + self.b_dec) / self.output_scale.to(vals.dtype)
 
     def forward(self, y: torch.Tensor, k: int | None = None) -> torch.Tensor:
-        vals, idx = self.encode(y, k)
-        return (sparse_readout(vals, idx, self.W_dec) + self.b_dec) / self.output_scale.to(y.dtype)
+        return self.decode(*self.encode(y, k))
 
     @torch.no_grad()
     def after_step(self) -> None:
