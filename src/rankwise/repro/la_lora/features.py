@@ -1,98 +1,197 @@
-"""MiniLM's frozen prefix, cached (`training.prefix_cache`): LoRA sits on the top layer's FFN output projection
-(`encoder.layer.5.output.dense`, 1536 -> 384), so everything below it is a fixed function of the text and is computed
-once.
+"""MiniLM's frozen prefix, cached (`training.prefix_cache`), and the trained tail on it: LoRA on the attention of the
+top `n` encoder layers (query and value, optionally more projections), mean pooling and a classification head.
 
-BertOutput computes LayerNorm(dense(x) + residual) with x the FFN's inner activation [T, 1536]. With the LoRA delta,
-LayerNorm(W0 x + b + residual + s B A x): the frozen part z = W0 x + b + residual [T, 384] and x are cached per
-example (BertOutput's inputs, the forward stopped there); the trained tail (`TopTail`) is the library's LoRA adapter
-on that projection, the LayerNorm, mean pooling over the mask and the head.
-`check_tail` compares the tail with the full MiniLM + LoRA forward (the invariant the report states).
+The layers below the first adapted one are a fixed function of the text, so their output h [N, T, 384] (the input of
+encoder layer L - n) is computed once per example (`cache_inputs`, the encoder cache of
+`training.cached_classification`). The tail (`TopTail`) is a copy of the top `n` layers, frozen, each target
+projection wrapped in the library's `AdaptedLinear` with one `LoraAdapter`, run by `training.encoder_top`'s
+`EncoderTopClassifier` (BERT's additive mask, vmap-safe for the per-sample gradients). The head is given (pre-trained
+on the public split, `public_head`) and frozen unless asked otherwise: what the private training may move is then
+the features, not the classifier.
+
+`pooled_features` is the tail's pooled output with the adapter off (B = 0 makes the delta exactly zero): the input of
+the head-only control. `check_tail` compares the tail with the full MiniLM forward carrying the same LoRA (the
+`prefix-cache-exact` invariant of the report).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rankwise.adapters import AdapterSite, LoraAdapter, LoraConfig, SharedParameters
+from rankwise.adapters import AdaptedLinear, AdapterSite, LoraAdapter, LoraConfig, SharedParameters
+from rankwise.errors import InvalidInputError
 from rankwise.models.minilm import mean_pool
-from rankwise.training.prefix_cache import batches, chunks, module_inputs
+from rankwise.training.encoder_top import EncoderTopClassifier
+from rankwise.training.prefix_cache import batches, chunks, eval_mode, module_inputs
 
-TARGET = "encoder.layer.{last}.output.dense"
+ADAPTER = "default"
+# The projections of each tail layer that carry LoRA (module paths inside a BertLayer); the paper adapts attention.
+DEFAULT_TARGETS = ("attention.self.query", "attention.self.value")
+
+
+def first_tail_layer(model: nn.Module, top: int) -> int:
+    """The index of the lowest adapted encoder layer when the top `top` layers are adapted."""
+    n = len(model.encoder.layer)
+    if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= n:
+        raise InvalidInputError(f"the tail must hold between 1 and the model's {n} encoder layers, got top={top!r}")
+    return n - top
 
 
 @torch.no_grad()
-def cache_features(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, batch: int = 64) -> dict[str, torch.Tensor]:
-    """{x [N, T, 1536], z [N, T, 384], attention_mask [N, T]} for token ids [N, T] (right-padded)."""
-    out_layer = model.encoder.layer[model.config.num_hidden_layers - 1].output
-    xs, zs = [], []
-    for part in batches(ids.size(0), batch):
-        x, residual = module_inputs(out_layer, partial(model, input_ids=ids[part], attention_mask=mask[part])).args[:2]
-        xs.append(x)
-        zs.append(F.linear(x, out_layer.dense.weight, out_layer.dense.bias) + residual)
-    return {"x": torch.cat(xs), "z": torch.cat(zs), "attention_mask": mask.clone()}
+def cache_inputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, top: int,
+                 batch: int = 64) -> dict[str, torch.Tensor]:
+    """{h [N, T, D]: the input of encoder layer L - top, mask [N, T] (float, 1 = token)} for token ids [N, T]
+    (right-padded, mask [N, T]). The forward stops at that layer: nothing above it runs."""
+    if ids.shape != mask.shape or ids.dim() != 2:
+        raise InvalidInputError(f"ids and mask must both be [N, T], got {tuple(ids.shape)} and {tuple(mask.shape)}")
+    layer = model.encoder.layer[first_tail_layer(model, top)]
+    with eval_mode(model):  # a cached dropout draw would be frozen into every epoch
+        hs = [module_inputs(layer, partial(model, input_ids=ids[part], attention_mask=mask[part])).first()
+              for part in batches(ids.size(0), batch)]
+    return {"h": torch.cat(hs), "mask": mask.float()}
 
 
-def tail_lora(r: int, alpha: float, d_in: int, d_out: int) -> LoraAdapter:
-    """The library's LoRA adapter (delta = (alpha / r) B A x) for a projection d_in -> d_out, with A drawn once
-    (Kaiming-uniform, a = sqrt(5)) and B = 0: the committed reports' draw. `LoraConfig`'s "default" init follows
-    PEFT's order (A, B, then A again), which would change every number after it. The projection's own output
-    W0 x + b is cached in z, so the site holds only its shape (a weightless meta-device layer: no random draw)."""
-    site = AdapterSite("output.dense", "output.dense", None, nn.Linear(d_in, d_out, device="meta"), "tail",
-                       SharedParameters())
-    lora = LoraAdapter(site, LoraConfig(r=r, lora_alpha=alpha, target_modules=["output.dense"]), initialize=False)
-    nn.init.kaiming_uniform_(lora.A, a=math.sqrt(5))
-    nn.init.zeros_(lora.B)
-    return lora
+def _lora(base: nn.Linear, name: str, r: int, alpha: float) -> LoraAdapter:
+    """The library's LoRA on `base` (A Kaiming-uniform in PEFT's draw order, B = 0: the delta starts at zero)."""
+    site = AdapterSite(name, name, None, base, ADAPTER, SharedParameters())
+    return LoraAdapter(site, LoraConfig(r=r, lora_alpha=alpha, target_modules=[name]))
 
 
-class TopTail(nn.Module):
-    """The trained part: LoRA on the top FFN output projection, its LayerNorm (frozen), mean pooling, a new head."""
+class TopTail(EncoderTopClassifier):
+    """The top encoder layers (copied, frozen) with LoRA on `targets`, mean pooling and `head` (copied; frozen
+    unless `train_head`). forward(h [B, T, D], mask [B, T]) -> logits [B, C].
 
-    def __init__(self, layer_norm: nn.LayerNorm, r: int, alpha: float, d_in: int, num_labels: int) -> None:
-        super().__init__()
-        d = layer_norm.normalized_shape[0]
-        self.norm = nn.LayerNorm(d, eps=layer_norm.eps)
-        self.norm.load_state_dict(layer_norm.state_dict())
-        self.norm.requires_grad_(False)
-        self.lora = tail_lora(r, alpha, d_in, d)
-        self.head = nn.Linear(d, num_labels)
+    Trained tensors are the LoRA factors, named `...A` / `...B` (LA-LoRA's roles read the names), and the head's
+    only when `train_head`."""
 
-    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return self.head(mean_pool(self.norm(batch["z"] + self.lora(batch["x"])), batch["attention_mask"]))
+    def __init__(self, layers: Sequence[nn.Module], head: nn.Linear, r: int, alpha: float,
+                 targets: Sequence[str] = DEFAULT_TARGETS, train_head: bool = False) -> None:
+        if not layers:
+            raise InvalidInputError("the tail needs at least one encoder layer")
+        if not targets:
+            raise InvalidInputError("the tail needs at least one LoRA target projection (e.g. attention.self.query)")
+        copies = [copy.deepcopy(layer).requires_grad_(False).eval() for layer in layers]
+        for layer in copies:
+            # Eager attention (explicit matmul + softmax): torch.func.vmap has no batching rule for the CPU SDPA
+            # kernel and would loop over the samples of every per-sample gradient. The copy's config is its own.
+            config = getattr(layer.attention.self, "config", None)
+            if config is not None:
+                config._attn_implementation = "eager"
+        super().__init__(copies, head.in_features, head.out_features)
+        self.head.load_state_dict(head.state_dict())
+        self.head.requires_grad_(train_head)
+        for i, layer in enumerate(self.layers):
+            for path in targets:
+                base = layer.get_submodule(path)
+                if not isinstance(base, nn.Linear):
+                    raise InvalidInputError(f"LoRA target {path!r} of tail layer {i} is a {type(base).__name__}, not an "
+                                            "nn.Linear; targets are paths inside a BertLayer, e.g. attention.self.query")
+                wrapped = AdaptedLinear(base)
+                wrapped.adapters[ADAPTER] = _lora(base, f"layers.{i}.{path}", r, alpha)
+                wrapped.active = (ADAPTER,)
+                parent, _, child = path.rpartition(".")
+                setattr(layer.get_submodule(parent) if parent else layer, child, wrapped)
+        self.eval()  # dropout off: the per-sample gradients and the cache see the same deterministic function
+
+    def loras(self) -> dict[str, LoraAdapter]:
+        """'layers.i.path' -> its LoRA adapter."""
+        return {n.removesuffix(f".adapters.{ADAPTER}"): m for n, m in self.named_modules() if isinstance(m, LoraAdapter)}
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pooled(h, mask))
+
+    def pooled(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The head's input: the top layer's output mean-pooled over the mask, [B, D]."""
+        additive = (1.0 - mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min  # BERT's extended mask
+        for layer in self.layers:
+            out = layer(h, attention_mask=additive)
+            h = out[0] if isinstance(out, tuple) else out
+        return mean_pool(h, mask)
 
 
 def tail_logits(module: TopTail, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    return module(batch)
+    """The federated model's logits: batch {h [B, T, D], mask [B, T]} -> [B, C]."""
+    return module(batch["h"], batch["mask"])
+
+
+class PooledHead(nn.Module):
+    """The head-only control: the head on fixed pooled features {pooled [B, D]} -> logits [B, C]."""
+
+    def __init__(self, head: nn.Linear) -> None:
+        super().__init__()
+        self.head = nn.Linear(head.in_features, head.out_features)
+        self.head.load_state_dict(head.state_dict())
+
+
+def head_logits(module: PooledHead, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    return module.head(batch["pooled"])
 
 
 @torch.no_grad()
-def accuracy(module: TopTail, data: Mapping[str, torch.Tensor], batch: int = 256) -> float:
+def pooled_features(tail: TopTail, data: Mapping[str, torch.Tensor], batch: int = 128) -> torch.Tensor:
+    """The tail's pooled output [N, D] over cached {h, mask}: with B = 0 the LoRA delta is exactly zero, so this is
+    the frozen model's feature (refused otherwise: it would not be the adapter-off control)."""
+    if any(bool(lora.B.any()) for lora in tail.loras().values()):
+        raise InvalidInputError("pooled_features is the adapter-off feature: it needs a tail whose LoRA B factors are zero")
+    return torch.cat([tail.pooled(part["h"], part["mask"]) for part in chunks(dict(data), batch)])
+
+
+def fit_public_head(pooled: torch.Tensor, labels: torch.Tensor, num_labels: int, weight_decay: float,
+                    iterations: int = 200) -> nn.Linear:
+    """A linear head fitted non-privately on public features pooled [P, D] with labels [P]: full-batch L-BFGS on
+    cross-entropy + (weight_decay / 2) ||W||^2, from zero (deterministic)."""
+    if pooled.dim() != 2 or labels.shape != (pooled.size(0),):
+        raise InvalidInputError(f"public features must be [P, D] with labels [P], got {tuple(pooled.shape)} and "
+                                f"{tuple(labels.shape)}")
+    if not weight_decay >= 0:
+        raise InvalidInputError(f"the public head's weight_decay must be >= 0, got {weight_decay}")
+    head = nn.Linear(pooled.size(1), num_labels)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    opt = torch.optim.LBFGS(head.parameters(), lr=1.0, max_iter=iterations, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(head(pooled), labels) + 0.5 * weight_decay * head.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return head.requires_grad_(False)
+
+
+@torch.no_grad()
+def accuracy(module: nn.Module, logits, data: Mapping[str, torch.Tensor], batch: int = 256) -> float:
+    """Fraction of `data`'s examples (tensors [N, ...] with labels [N]) whose argmax of `logits(module, part)` is right."""
     correct = 0
-    for part in chunks(data, batch):
-        correct += int((module(part).argmax(-1) == part["labels"]).sum())
+    for part in chunks(dict(data), batch):
+        correct += int((logits(module, part).argmax(-1) == part["labels"]).sum())
     return correct / data["labels"].size(0)
 
 
 @torch.no_grad()
-def check_tail(model: nn.Module, tail: TopTail, ids: torch.Tensor, mask: torch.Tensor, features: Mapping[str, torch.Tensor]) -> float:
-    """max |full-model logits - tail logits| / max |logits|, the full model carrying the tail's LoRA as a hook."""
-    last = model.config.num_hidden_layers - 1
-    dense = model.encoder.layer[last].output.dense
-
-    def add_lora(_m, args, out):
-        return out + tail.lora(args[0])
-
-    handle = dense.register_forward_hook(add_lora)
+def check_tail(model: nn.Module, tail: TopTail, ids: torch.Tensor, mask: torch.Tensor,
+               cached: Mapping[str, torch.Tensor]) -> float:
+    """max |full-model logits - tail logits| / max |logits|: the full MiniLM forward with the tail's LoRA added to
+    the same projections by forward hooks, against the tail on the cached inputs of the same examples."""
+    start = len(model.encoder.layer) - len(tail.layers)
+    handles = []
+    for name, lora in tail.loras().items():
+        index, _, path = name.removeprefix("layers.").partition(".")
+        target = model.encoder.layer[start + int(index)].get_submodule(path)
+        handles.append(target.register_forward_hook(lambda _m, args, out, lora=lora: out + lora(args[0])))
     try:
-        hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        with eval_mode(model):
+            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
     full = tail.head(mean_pool(hidden, mask))
-    part = tail({k: v for k, v in features.items()})
+    part = tail(cached["h"], cached["mask"])
     return float((full - part).abs().max() / full.abs().max())
