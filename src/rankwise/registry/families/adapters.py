@@ -28,7 +28,7 @@ METHODS: tuple[MethodSpec, ...] = (
             "rankwise.core.privacy:per_sample_gradients", "rankwise.core.privacy:noise_for_epsilon",
             "rankwise.training.federated:run_federated", "rankwise.training.federated:FederatedConfig",
             "rankwise.training.federated:dirichlet_partition", "rankwise.adapters.la_lora.procedure:LaLoraConfig"],
-       experiments=[repro("la-lora", summary="DP federated LoRA on MiniLM wiki topics (Flower, Dirichlet clients): LA-LoRA vs DP-LoRA, FFA-LoRA, RoLoRA at epsilon 1 and 8")],
+       experiments=[repro("la-lora", summary="DP federated LoRA on MiniLM wiki topics (Flower, Dirichlet clients): LoRA on the top 2 layers' attention, public head frozen: LA-LoRA vs DP-LoRA, FFA-LoRA, RoLoRA and a head-only DP control at epsilon 1 and 3")],
        commands=[FINETUNE], procedures=[ProcedureEntry("la-lora", "rankwise.adapters.la_lora.procedure:la_lora_procedure",
                                   "rankwise.adapters.la_lora.procedure:LaLoraConfig", adapters=("lora",))],
        docs="docs/methods/la-lora.md"),
