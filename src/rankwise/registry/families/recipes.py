@@ -12,8 +12,13 @@ METHODS: tuple[MethodSpec, ...] = (
             "rankwise.recipes.loss_curve_collapse:timescale", "rankwise.recipes.loss_curve_collapse:timescale_adamw",
             "rankwise.recipes.loss_curve_collapse:fit_divisor", "rankwise.recipes.loss_curve_collapse:residual",
             "rankwise.recipes.loss_curve_collapse:collapse_spread", "rankwise.data.compact_vocab:byte_tokenizer"],
-       experiments=[repro("loss-curve-collapse", summary="byte-level muP LM family: collapse with tau vs lambda fixed, "
-                           "fault detection from the residual, early stopping in an LR sweep")],
+       experiments=[repro("loss-curve-collapse", summary="byte-level muP LM family (widths 16/32/48, TPP 10, linear "
+                           "decay to zero): collapse with tau fixed vs lambda fixed vs mixed TPP, muP LR transfer, 3 seeds"),
+                    repro("loss-curve-collapse", "faults", "the residual from collapse as a fault detector on width 48 "
+                          "(LR spike, stuck loader) vs the raw-loss rule, false alarms on 5 clean runs",
+                          module="detection"),
+                    repro("loss-curve-collapse", "early-stop", "LR sweep at width 32 ranked from its first 30% aligned "
+                          "to width-16 references: tau fixed vs lambda fixed, 5 seeds", module="early_stop")],
        docs="docs/methods/loss-curve-collapse.md"),
     record("lowprec-flash-attention", "Why Low-Precision Transformer Training Fails: An Analysis on Flash Attention", "recipes"),
     record("palc", "PALC: Preference Alignment via Logit Calibration", "recipes"),

@@ -3,8 +3,9 @@
 Byte-level (257-token) Llama decoders from `rankwise.models.tiny`, 2 layers, head dim 16, SwiGLU MLP 4d, untied
 embeddings, trained on the wiki corpus through `rankwise.training.train`. muP-lite (the card's CPU recipe), with
 base width d0 = 32: hidden-matrix learning rate x d0/d, hidden-matrix init std x sqrt(d0/d), output logits x d0/d.
-Every member trains for TPP x N tokens (N = non-embedding parameters) with the harness's schedule (5% warmup, then
-cosine to zero: the same shape for every member) and AdamW (0.9, 0.95) with decay from the timescale rule.
+Every member trains for TPP x N tokens (N = non-embedding parameters) with the paper's and the card's schedule (5%
+linear warmup, then linear decay to zero: the same shape, in fractions of training, for every member) and AdamW
+(0.9, 0.95) with decay from the timescale rule.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rankwise.errors import InvalidInputError
 from rankwise.models.tiny import tiny_llama
 from rankwise.recipes.loss_curve_collapse import Curve, timescale, timescale_adamw, timescale_in_steps
 from rankwise.repro.loss_curve_collapse.faults import LRSpikeAdamW, StuckDataTask
@@ -29,6 +31,8 @@ LAYERS = 2
 VOCAB = 257  # rankwise.data.compact_vocab.byte_tokenizer()
 HIDDEN = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 INIT_STD = 0.02  # the Llama default at the base width
+WARMUP_RATIO = 0.05  # the card's warmup, a fraction of training so that every member shares the schedule's shape
+DECAY = "linear"  # warmup then linear decay to zero (Celerity's schedule); the harness's default is cosine
 
 
 class MupCausalLM(nn.Module):
@@ -95,6 +99,12 @@ class RunResult:
 
 
 def steps_for(width: int, tpp: float, batch_tokens: int) -> tuple[int, int]:
+    """(optimizer steps, non-embedding N) of a member of `width` trained for `tpp` x N tokens in batches of
+    `batch_tokens` (at least 10 steps, so a smoke run still has a warmup and a decay)."""
+    if width < HEAD_DIM or width % HEAD_DIM:
+        raise InvalidInputError(f"width must be a positive multiple of the head dim {HEAD_DIM}, got {width}")
+    if not (tpp > 0 and math.isfinite(tpp)) or batch_tokens < 1:
+        raise InvalidInputError(f"need TPP > 0 and at least one token per batch, got TPP {tpp}, {batch_tokens} tokens")
     n = non_embedding_params(build_model(width, 0))
     return max(10, int(round(tpp * n / batch_tokens))), n
 
@@ -113,8 +123,8 @@ def run_one(spec: RunSpec, train_windows: torch.Tensor, eval_windows: torch.Tens
         task = StuckDataTask(train_windows, eval_windows, start, max(stop, start + 1), eval_batch_size=64)
     kw = {"tau": spec.value} if spec.rule == "tau" else {"weight_decay": spec.value}
     factory = timescale_adamw(lr_ratio=mup_lr_ratio(spec.width), optimizer_class=opt_class, **kw)
-    config = TrainConfig(steps=steps, batch_size=batch_size, lr=spec.lr, warmup_ratio=0.05, min_lr_ratio=0.0,
-                         max_grad_norm=1.0, eval_every=0, seed=spec.seed)
+    config = TrainConfig(steps=steps, batch_size=batch_size, lr=spec.lr, warmup_ratio=WARMUP_RATIO, min_lr_ratio=0.0,
+                         decay=DECAY, max_grad_norm=1.0, eval_every=0, seed=spec.seed)
     result = train(model, task, config, optimizer=factory)
     hidden_lr = spec.lr * BASE_WIDTH / spec.width
     hidden_tau = spec.value if spec.rule == "tau" else timescale_in_steps(hidden_lr, spec.value, steps)

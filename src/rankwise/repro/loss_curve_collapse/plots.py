@@ -1,4 +1,5 @@
-"""Plots of the loss-curve-collapse reproduction: raw and normalised curves, fault residuals, early stopping."""
+"""Plots of the loss-curve-collapse experiments: raw and normalised curves, LR transfer, fault residuals, early
+stopping."""
 
 from __future__ import annotations
 
@@ -91,6 +92,23 @@ def plot_early(early, lr_grid):
     ax.set_xlabel("true final training loss")
     ax.set_ylabel("predicted from the prefix")
     ax.set_title(f"Early stopping over {len(lr_grid)} LRs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_lr_transfer(selections, widths):
+    """Mean held-out eval loss against the peak LR at each swept width (muP transfer: the minima should line up)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.8, 3.8))
+    for k, (sel, width) in enumerate(zip(selections, widths)):
+        color = COLORS[k % len(COLORS)]
+        ax.plot(sel.grid, sel.scores, marker="o", color=color, label=f"d={width}")
+        ax.scatter([sel.chosen], [sel.chosen_score], s=80, facecolors="none", edgecolors=color)
+    ax.set_xscale("log")
+    ax.set_xlabel("peak base LR (hidden matrices x 32/d)")
+    ax.set_ylabel("held-out eval loss (mean over seeds)")
+    ax.set_title("LR transfer across widths, tau fixed")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
