@@ -13,7 +13,7 @@ METHODS: tuple[MethodSpec, ...] = (
             "rankwise.recipes.loss_curve_collapse:fit_divisor", "rankwise.recipes.loss_curve_collapse:residual",
             "rankwise.recipes.loss_curve_collapse:collapse_spread", "rankwise.data.compact_vocab:byte_tokenizer"],
        experiments=[repro("loss-curve-collapse", summary="byte-level muP LM family (widths 16/32/48, TPP 10, linear "
-                           "decay to zero): collapse with tau fixed vs lambda fixed vs mixed TPP, muP LR transfer, 3 seeds"),
+                           "decay to zero): collapse with tau fixed vs lambda fixed vs mixed TPP, muP LR transfer, 5 seeds"),
                     repro("loss-curve-collapse", "faults", "the residual from collapse as a fault detector on width 48 "
                           "(LR spike, stuck loader) vs the raw-loss rule, false alarms on 5 clean runs",
                           module="detection"),

@@ -146,7 +146,16 @@ def measure_checks(report: Report, run: Runner, rerun: RunResult) -> None:
     report.measure("same_seed_same_curve", float(np.abs(again.curve.loss - rerun.curve.loss).max()))
     train_tokens = run.train.numel()
     report.measure("single_epoch", max(float(r.curve.loss.size * bed.batch_tokens) / train_tokens for r in runs))
-    report.measure("loss_still_falling_d2z", sum(not falling(r, bed.window) for r in runs if r.spec.fault is None))
+    flat = [r.spec for r in runs if r.spec.fault is None and not falling(r, bed.window)]
+    report.measure("loss_still_falling_d2z", len(flat))
+    if flat:  # which runs: a plateaued LR-sweep run at a bad LR matters less than a plateaued family member
+        groups: dict[tuple, int] = {}
+        for spec in flat:
+            key = (spec.width, spec.tpp, spec.lr, spec.rule)
+            groups[key] = groups.get(key, 0) + 1
+        report.note("Runs whose smoothed loss no longer falls over the last 10% (loss_still_falling_d2z), as "
+                    "(width, TPP, LR, rule) -> seeds: " + "; ".join(
+                        f"({w}, {t:g}, {lr:g}, {rule}) -> {n}" for (w, t, lr, rule), n in sorted(groups.items())) + ".")
 
 
 def falling(run: RunResult, window: float) -> bool:
