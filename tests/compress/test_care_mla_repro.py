@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from rankwise.compress.mla_deploy import convert_to_deployable_mla, deploy_info, mla_layers
-from rankwise.errors import InvalidInputError
 from rankwise.models import tiny_llama
 
 pytestmark = pytest.mark.method("care-mla")
@@ -39,11 +38,6 @@ def test_plain_svd_init_is_the_unwhitened_best_rank_r_value_factor(model):
         assert care_err > best * (1 + 1e-3)  # CARE minimises activation error, not weight error: a different init
 
 
-def test_joint_latent_is_refused(model):
-    with pytest.raises(InvalidInputError, match="separate K and V"):
-        convert_to_deployable_mla(model, 6, 8, "high", CALIB, method="mha2mla", use_cache=False)
-
-
 def test_main_tests_adjusted_ranks_where_the_paper_claims_the_gain():
     from rankwise.repro.care_mla.main import SIZES
 
@@ -53,13 +47,15 @@ def test_main_tests_adjusted_ranks_where_the_paper_claims_the_gain():
 
 
 def test_deploy_tunes_rope_pairs_and_lr_on_calibration_text_only(monkeypatch):
-    """Every perplexity the deploy experiment's validation selections read comes from the calibration split."""
-    import rankwise.repro.care_mla.deploy as deploy
+    """Every perplexity the healing experiments' validation selections (RoPE pairs, learning rate) read comes from
+    the calibration split."""
+    import rankwise.repro.care_mla.deploy_palu as deploy_palu
+    import rankwise.repro.care_mla.heal_compare as shared
 
     split_of: dict[int, str] = {}
     seen: list[str] = []
     selecting = [False]
-    real_windows, real_ppl, real_select = deploy.token_windows, deploy.perplexity, deploy.select_on_validation
+    real_windows, real_ppl = shared.token_windows, shared.perplexity
 
     def windows(tokenizer, split, *args):
         out = real_windows(tokenizer, split, *args)
@@ -71,16 +67,27 @@ def test_deploy_tunes_rope_pairs_and_lr_on_calibration_text_only(monkeypatch):
             seen.append(split_of.get(id(w), "unknown"))
         return real_ppl(model, w, *args, **kw)
 
-    def select(*args, **kw):
-        selecting[0] = True
-        try:
-            return real_select(*args, **kw)
-        finally:
-            selecting[0] = False
+    def selecting_while(real):
+        def select(*args, **kw):
+            selecting[0] = True
+            try:
+                return real(*args, **kw)
+            finally:
+                selecting[0] = False
+        return select
 
-    monkeypatch.setattr(deploy, "token_windows", windows)
-    monkeypatch.setattr(deploy, "perplexity", ppl)
-    monkeypatch.setattr(deploy, "select_on_validation", select)
-    report = deploy.run("smoke")
-    assert seen and set(seen) == {"calibration"}
-    assert {c.name for c in report.claims} >= {"care_heals_better_than_palu", "care_heals_better_than_mha2mla"}
+    monkeypatch.setattr(shared, "token_windows", windows)
+    monkeypatch.setattr(shared, "perplexity", ppl)
+    monkeypatch.setattr(shared, "select_on_validation", selecting_while(shared.select_on_validation))
+    monkeypatch.setattr(shared, "select_with_extension", selecting_while(shared.select_with_extension))
+    report = deploy_palu.run("smoke")
+    assert seen.count("calibration") >= 4 + 4 + 2 * 2  # both arms' four pair selections and two rates each
+    assert set(seen) == {"calibration"}
+    assert {c.name for c in report.claims} == {"care_heals_better_than_palu_long_heal", "healing_lowers_perplexity"}
+
+
+def test_the_mha2mla_arm_has_a_joint_latent_and_its_own_pairs():
+    from rankwise.repro.care_mla.deploy import ARMS
+    from rankwise.repro.care_mla.heal_compare import MHA2MLA
+
+    assert MHA2MLA in ARMS and MHA2MLA.method == "mha2mla" and MHA2MLA.selections == ("contribution",)

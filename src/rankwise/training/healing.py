@@ -41,11 +41,12 @@ class HealConfig:
     tau: float = 2.0  # distillation temperature (CARE's paper does not give it)
     seed: int = 0
     checkpoint_every: int = 10
+    autocast: str | None = None  # "bfloat16": the forward passes (teacher's too) in mixed precision (core.training.precision)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay,
                            warmup_ratio=self.warmup_ratio, max_grad_norm=None, checkpoint_every=self.checkpoint_every,
-                           seed=self.seed)
+                           seed=self.seed, autocast=self.autocast)
 
 
 @dataclass

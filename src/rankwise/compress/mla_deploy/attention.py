@@ -1,9 +1,11 @@
 """`MLAAttention`: multi-head latent attention that drops into a Llama decoder layer, with a latent-only KV cache.
 
-Per token and layer the cache holds `r_K + r_V` latent numbers (`kv_a_proj`'s first outputs) plus one shared,
-already-rotated RoPE key of `rope_dims` numbers: the cache's "keys" are the latent [B, 1, T, r_K + r_V] and its
-"values" the rope key [B, 1, T, rope_dims] in a plain `transformers` DynamicCache (one pseudo-head each), exactly
-as DeepSeek-V3 does in `transformers`. Nothing else is cached, so `cache_tensor_bytes` measures the real saving.
+Per token and layer the cache holds the latent (`kv_a_proj`'s first outputs) plus one shared, already-rotated RoPE
+key of `rope_dims` numbers: the cache's "keys" are the latent [B, 1, T, r] and its "values" the rope key
+[B, 1, T, rope_dims] in a plain `transformers` DynamicCache (one pseudo-head each), exactly as DeepSeek-V3 does in
+`transformers`. Nothing else is cached, so `cache_tensor_bytes` measures the real saving. The latent is either
+split, [c_K | c_V] with r = r_K + r_V (CARE's and Palu's factors: K and V factored separately), or joint, one c of
+width r = r_K = r_V read by both up-projections (MHA2MLA's and DeepSeek's: one down-projection shared by K and V).
 
 Attention scores of query head h (KV group j = h // n_rep), at the original scale 1/sqrt(dh):
     q_h . (W^b_K,j c_K)  +  RoPE(q_rope_h) . RoPE(k_rope)          output  o_h = softmax(.) (c_V W^b_V,j)
@@ -104,25 +106,29 @@ class MLAAttention(nn.Module):
     """Latent attention for one layer.
 
     Parameters (torch layout): q_proj [n_h*dh, D] (query for the position-free part, no rotation), q_rope_proj
-    [n_h*2k, D], kv_a_proj [r_K + r_V + 2k, D] (latent K, latent V, shared rope key: what is cached), k_up
-    [g*dh, r_K], v_up [g*dh, r_V], o_proj [D, n_h*dh]. `rope_index` [2k] picks the kept pairs' cos/sin columns
+    [n_h*2k, D], kv_a_proj [r + 2k, D] (the latent and the shared rope key: what is cached; r = r_K + r_V, or with
+    `joint` r = r_K = r_V, one latent both up-projections read), k_up [g*dh, r_K], v_up [g*dh, r_V], o_proj
+    [D, n_h*dh]. `rope_index` [2k] picks the kept pairs' cos/sin columns
     out of the model's rotary embedding (head-dim layout). `fused_inference` (default True): no-grad absorbed
     decoding steps run `_fused_decode`; False runs them from the parameters, as training does.
     """
 
-    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, k_rank: int, v_rank: int, rope_index: torch.Tensor, layer_idx: int, absorb: bool = True) -> None:
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, k_rank: int, v_rank: int, rope_index: torch.Tensor, layer_idx: int, absorb: bool = True, joint: bool = False) -> None:
         super().__init__()
         rope_dims = int(rope_index.numel())
         if num_heads % num_kv_heads or min(k_rank, v_rank, rope_dims) < 1 or rope_dims % 2:
             raise InvalidInputError(f"bad MLA shapes: heads {num_heads}/{num_kv_heads}, ranks {k_rank}/{v_rank}, rope dims {rope_dims}")
+        if joint and k_rank != v_rank:
+            raise InvalidInputError(f"a joint latent is read whole by K and V: k_rank must equal v_rank, got {k_rank}/{v_rank}")
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.k_rank, self.v_rank, self.rope_dims = k_rank, v_rank, rope_dims
+        self.k_rank, self.v_rank, self.rope_dims, self.joint = k_rank, v_rank, rope_dims, bool(joint)
+        self.latent_rank = k_rank if joint else k_rank + v_rank  # the cached latent's width
         self.layer_idx, self.absorb, self.is_causal = layer_idx, absorb, True
         self.fused_inference = True
         self.scaling = head_dim**-0.5
         self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=False)
         self.q_rope_proj = nn.Linear(hidden_size, num_heads * rope_dims, bias=False)
-        self.kv_a_proj = nn.Linear(hidden_size, k_rank + v_rank + rope_dims, bias=False)
+        self.kv_a_proj = nn.Linear(hidden_size, self.latent_rank + rope_dims, bias=False)
         self.k_up = nn.Linear(k_rank, num_kv_heads * head_dim, bias=False)
         self.v_up = nn.Linear(v_rank, num_kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=False)
@@ -133,8 +139,14 @@ class MLAAttention(nn.Module):
 
     @property
     def latent_dims(self) -> int:
-        """Numbers cached per token for this layer: r_K + r_V + rope_dims."""
-        return self.k_rank + self.v_rank + self.rope_dims
+        """Numbers cached per token for this layer: the latent's width (r_K + r_V, or r when joint) + rope_dims."""
+        return self.latent_rank + self.rope_dims
+
+    def _latents(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(c_K, c_V): views of the cached latent [..., r] that K and V read; the same tensor twice when joint."""
+        if self.joint:
+            return latent, latent
+        return latent.split([self.k_rank, self.v_rank], dim=-1)
 
     def _grouped(self, up: nn.Linear, rank: int) -> torch.Tensor:
         """An up-projection's weight by KV group: [g, dh, rank] (a view; query heads of a group share the block)."""
@@ -149,7 +161,7 @@ class MLAAttention(nn.Module):
             return self._fused_decode(hidden_states, position_embeddings, attention_mask, cache), None
         q = self.q_proj(hidden_states).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
         q_rope = self.q_rope_proj(hidden_states).view(bsz, q_len, self.num_heads, self.rope_dims).transpose(1, 2)
-        latent, k_rope = self.kv_a_proj(hidden_states).unsqueeze(1).split([self.k_rank + self.v_rank, self.rope_dims], dim=-1)
+        latent, k_rope = self.kv_a_proj(hidden_states).unsqueeze(1).split([self.latent_rank, self.rope_dims], dim=-1)
 
         cos, sin = _kept_rope_tables(position_embeddings, self.rope_index, self._rope_key)
         q_rope = q_rope * cos + rotate_half(q_rope) * sin
@@ -159,7 +171,7 @@ class MLAAttention(nn.Module):
             latent, k_rope = cache.update(latent, k_rope, self.layer_idx)
         kv_len = latent.size(-2)
         mask, causal = _attention_mask(attention_mask, q_len, kv_len, hidden_states.device)
-        c_k, c_v = latent.split([self.k_rank, self.v_rank], dim=-1)  # [B, 1, S, r]
+        c_k, c_v = self._latents(latent)  # [B, 1, S, r_K], [B, 1, S, r_V]
 
         if self.absorb:
             # Query heads as (group, head in group), so each group's up-projection block is used in place.
@@ -202,7 +214,7 @@ class MLAAttention(nn.Module):
         latent, k_rope = latent.unsqueeze(1), rope[:, :, heads:]  # [B, 1, 1, r]: one pseudo-head, one position
         if cache is not None:
             latent, k_rope = cache.update(latent, k_rope, self.layer_idx)
-        c_k, c_v = latent[:, 0].split([self.k_rank, self.v_rank], dim=-1)  # [B, S, r], read in place
+        c_k, c_v = self._latents(latent[:, 0])  # [B, S, r_K], [B, S, r_V], read in place
         mask = None if attention_mask is None else attention_mask[:, :, -1, : c_k.size(1)]  # [B, 1 or n_h, S]
         q_latent = _grouped_matmul(q, fused.k_up, heads)  # [B, n_h, r_K]
         out = _single_head_decode(q_latent, rope[:, 0, :heads], c_k, k_rope[:, 0], c_v, mask, 1.0)  # [B, n_h, r_V]
@@ -228,7 +240,7 @@ class MLAAttention(nn.Module):
 
     def _build_fused(self, params: tuple[torch.Tensor, ...], optimizer_steps: int) -> FusedWeights:
         w_q, w_q_rope, w_kv_a, w_k_up, w_v_up, w_o = params
-        latent, g, dh = self.k_rank + self.v_rank, self.num_kv_heads, self.head_dim
+        latent, g, dh = self.latent_rank, self.num_kv_heads, self.head_dim
         with torch.no_grad():
             rows = torch.cat([w_q * self.scaling, w_kv_a[:latent], w_q_rope * self.scaling, w_kv_a[latent:]])
             splits = (w_q.size(0), latent, w_q_rope.size(0) + self.rope_dims)
@@ -238,7 +250,7 @@ class MLAAttention(nn.Module):
                 tuple((p.detach(), p._version) for p in params), optimizer_steps)
 
     def extra_repr(self) -> str:
-        return f"heads={self.num_heads}/{self.num_kv_heads}, head_dim={self.head_dim}, k_rank={self.k_rank}, v_rank={self.v_rank}, rope_dims={self.rope_dims}, absorb={self.absorb}"
+        return f"heads={self.num_heads}/{self.num_kv_heads}, head_dim={self.head_dim}, k_rank={self.k_rank}, v_rank={self.v_rank}, joint={self.joint}, rope_dims={self.rope_dims}, absorb={self.absorb}"
 
 
 def _grouped_matmul(x: torch.Tensor, weight: torch.Tensor, heads: int) -> torch.Tensor:

@@ -7,8 +7,9 @@ Per layer, with the input second moment C of k_proj/v_proj (CARE's calibration, 
   1. RoRoPE concentration and a global selection of k = rope_dims / 2 rotary pairs (`rope.py`);
   2. the shared rope key and per-head rope queries are cut out of W_K / W_Q exactly; the no-RoPE remainder of W_K
      and all of W_V are factored by CARE's sqrt(C)-whitened SVD (`compress.mla.factorize`, `core.linalg`) at
-     ranks from `compress.mla.allocation` (uniform, or CARE's adjusted water-filling with separate K/V budgets);
-  3. the layer's attention becomes `MLAAttention`, caching r_K + r_V + rope_dims numbers per token.
+     ranks from `compress.mla.allocation` (uniform, or CARE's adjusted water-filling with separate K/V budgets),
+     or, with method="mha2mla", by one SVD of [W_K_nope; W_V] into a joint latent of width 2 kv_rank;
+  3. the layer's attention becomes `MLAAttention`, caching 2 kv_rank + rope_dims numbers per token (mean).
 The result is still a `LlamaForCausalLM` (embeddings, norms, MLPs untouched) whose `generate` uses a DynamicCache
 that holds only latents. `export.py` writes it as a stock DeepSeek-V3 checkpoint.
 """
@@ -23,7 +24,7 @@ from torch import nn
 
 from rankwise.compress.mla.allocation import allocate_ranks
 from rankwise.compress.mla.calibration import kv_input_moments
-from rankwise.compress.mla.factorize import DEFAULT_DAMPING, JOINT_METHODS, METHODS, canonical_method, check_damping, decompose_layer
+from rankwise.compress.mla.factorize import DEFAULT_DAMPING, JOINT_METHODS, canonical_method, check_damping, decompose_layer, split_joint
 from rankwise.compress.mla.layout import decoder_layers, kv_layout
 from rankwise.compress.mla_deploy.attention import MLAAttention
 from rankwise.compress.mla_deploy.rope import concentrate_pairs, decouple_rope, pair_contribution, rope_columns, rotation_sensitivity, select_pairs
@@ -58,8 +59,8 @@ def convert_to_deployable_mla(
     (SmolLM2: kv_rank=80, rope_dims=32 -> 192 of 384, a 50 % saving). calibration: token ids [N, T] or batches, or
     moments keyed by k_proj name (required: CARE and the contribution ranking are data-driven). damping: relative
     to mean(diag C) (the method's default: CARE 0.1). method: the latent factorization, CARE's whitened SVD or a
-    per-matrix baseline from `compress.mla.METHODS` ("svd" is Palu's plain SVD); the joint "mha2mla" latent is not
-    representable here (K and V have separate latents). rope_context: the distance range the 'sensitivity' selection averages over.
+    baseline from `compress.mla.METHODS` ("svd" is Palu's plain SVD of each matrix; "mha2mla" MHA2MLA's joint SVD,
+    one latent of width 2 kv_rank that K and V share, the same cache). rope_context: the distance range the 'sensitivity' selection averages over.
     The original model is not modified.
     """
     layout = kv_layout(model)
@@ -79,9 +80,7 @@ def convert_to_deployable_mla(
     # A latent cache larger than the GQA one (2 kv_rank + rope_dims > 2 kv_width) is allowed here: full-rank parity
     # checks need it. `rankwise convert mla --deploy`, whose purpose is the saving, refuses it.
     method = canonical_method(method)
-    if method in JOINT_METHODS:
-        raise InvalidInputError(f"method {method!r} shares one latent between K and V; deployable MLA has separate K and V "
-                                f"latents: choose one of {sorted(set(METHODS) - JOINT_METHODS)}")
+    joint = method in JOINT_METHODS
     check_damping(damping)
     damping = DEFAULT_DAMPING[method] if damping is None else float(damping)
 
@@ -109,21 +108,26 @@ def convert_to_deployable_mla(
             split = decouple_rope(w_q, w_k, conc, pairs, nh, g, dh)
             splits.append(split)
             decomps.append(decompose_layer(split.k_nope.T, w_v, method, moment, damping))
-        k_ranks = allocate_ranks([d[0].sigma for d in decomps], kv_rank, allocation, score)
-        v_ranks = allocate_ranks([d[1].sigma for d in decomps], kv_rank, allocation, score)
-        truncated = [(d[0].truncate(rk), d[1].truncate(rv)) for d, rk, rv in zip(decomps, k_ranks, v_ranks)]
+        if joint:  # one latent of twice the per-matrix rank: the same numbers cached as r_K + r_V
+            k_ranks = v_ranks = allocate_ranks([d[0].sigma for d in decomps], 2 * kv_rank, allocation, score)
+            truncated = [split_joint(d[0].truncate(r), d[0].split) for d, r in zip(decomps, k_ranks)]
+        else:
+            k_ranks = allocate_ranks([d[0].sigma for d in decomps], kv_rank, allocation, score)
+            v_ranks = allocate_ranks([d[1].sigma for d in decomps], kv_rank, allocation, score)
+            truncated = [(d[0].truncate(rk), d[1].truncate(rv)) for d, rk, rv in zip(decomps, k_ranks, v_ranks)]
 
     target = copy.deepcopy(model)
     dtype = next(model.parameters()).dtype
     index = rope_columns(pairs, dh)
     for i, (layer, split, (k_f, v_f)) in enumerate(zip(decoder_layers(target), splits, truncated)):
         old = layer.self_attn
-        new = MLAAttention(layout.hidden_size, nh, g, dh, k_ranks[i], v_ranks[i], index, old.layer_idx, absorb)
+        new = MLAAttention(layout.hidden_size, nh, g, dh, k_ranks[i], v_ranks[i], index, old.layer_idx, absorb, joint=joint)
         with torch.no_grad():
             new.q_proj.weight.copy_(old.q_proj.weight)
             new.o_proj.weight.copy_(old.o_proj.weight)
             new.q_rope_proj.weight.copy_(split.q_rope.T.to(dtype))
-            new.kv_a_proj.weight.copy_(torch.cat([k_f.down, v_f.down, split.k_rope.T], dim=0).to(dtype))
+            latent = [k_f.down] if joint else [k_f.down, v_f.down]  # joint: K and V share one down-projection
+            new.kv_a_proj.weight.copy_(torch.cat([*latent, split.k_rope.T], dim=0).to(dtype))
             new.k_up.weight.copy_(k_f.up.to(dtype))
             new.v_up.weight.copy_(v_f.up.to(dtype))
         if not all(torch.isfinite(p).all() for p in new.parameters()):
@@ -132,7 +136,7 @@ def convert_to_deployable_mla(
     kept = [float((conc.key_energy[pairs].sum() / conc.total_energy[pairs].sum().clamp_min(1e-300))) for conc in concentrations]
     setattr(target.config, CONFIG_KEY, {
         "kv_rank": kv_rank, "k_ranks": k_ranks, "v_ranks": v_ranks, "rope_dims": rope_dims, "rope_selection": rope_selection,
-        "rope_pairs": pairs, "rope_context": rope_context, "allocation": allocation, "score": score, "method": method, "damping": damping,
+        "rope_pairs": pairs, "rope_context": rope_context, "allocation": allocation, "score": score, "method": method, "joint": joint, "damping": damping,
         "rope_key_energy_kept": kept,  # per layer: share of the kept pairs' key energy that stays rotary after RoRoPE
     })
     return target.eval()
@@ -164,7 +168,7 @@ def set_absorb(model: nn.Module, absorb: bool) -> nn.Module:
 
 
 def expected_cache_bytes_per_token(model: nn.Module) -> int:
-    """What the latent cache should hold per token: sum over layers of (r_K + r_V + rope_dims) x element size."""
+    """What the latent cache should hold per token: sum over layers of (latent width + rope_dims) x element size."""
     layers = mla_layers(model)
     size = layers[0].kv_a_proj.weight.element_size()
     return sum(attn.latent_dims for attn in layers) * size

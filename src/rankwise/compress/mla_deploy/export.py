@@ -2,9 +2,10 @@
 
 DeepSeek-V3's attention differs from ours in four places; each is mapped exactly or as near as floats allow:
   * **one joint latent** for K and V (`kv_lora_rank`), up-projected per *query* head by `kv_b_proj`: we use the
-    join form [c_K, c_V] with a block-diagonal `kv_b_proj` (each head's k_nope rows read c_K, its v rows c_V; the
-    KV-group blocks are repeated over the group's query heads). Exact. Layers with different r_K + r_V (adjusted
-    allocation) are zero-padded to the widest, which the exported cache then stores too.
+    split form [c_K, c_V] with a block-diagonal `kv_b_proj` (each head's k_nope rows read c_K, its v rows c_V; the
+    KV-group blocks are repeated over the group's query heads); a joint latent maps as it is. Exact. Layers with
+    different latent widths (adjusted allocation) are zero-padded to the widest, which the exported cache then
+    stores too.
   * **`kv_a_layernorm`**, an RMSNorm (eps fixed at 1e-6 in transformers) on the latent. It cannot be switched off,
     but RMSNorm(s z) = w s z / sqrt(s^2 ms(z) + eps) is linear once s^2 ms(z) << eps. We scale the latent rows of
     `kv_a_proj_with_mqa` by a tiny s and set the norm weight to sqrt(eps) / s, so the norm multiplies by
@@ -53,7 +54,7 @@ def deepseek_v3_config(model: nn.Module) -> DeepseekV3Config:
     return DeepseekV3Config(
         vocab_size=src.vocab_size, hidden_size=src.hidden_size, intermediate_size=src.intermediate_size,
         num_hidden_layers=src.num_hidden_layers, num_attention_heads=first.num_heads, num_key_value_heads=first.num_heads,
-        kv_lora_rank=max(a.k_rank + a.v_rank for a in layers), q_lora_rank=None, qk_rope_head_dim=d_r,
+        kv_lora_rank=max(a.latent_rank for a in layers), q_lora_rank=None, qk_rope_head_dim=d_r,
         qk_nope_head_dim=dh, v_head_dim=dh, first_k_dense_replace=src.num_hidden_layers, n_routed_experts=1, n_group=1,
         topk_group=1, num_experts_per_tok=1, num_mtp_layers=0, hidden_act=src.hidden_act,
         max_position_embeddings=src.max_position_embeddings, rms_norm_eps=src.rms_norm_eps, tie_word_embeddings=src.tie_word_embeddings,
@@ -79,7 +80,7 @@ def to_deepseek_v3(model: nn.Module, linearity: float = DEFAULT_LINEARITY) -> De
         out.lm_head.weight.copy_(model.lm_head.weight)
     for src, dst in zip(src_layers, dst_layers):
         a, b = src.self_attn, dst.self_attn
-        nh, dh, rk, rv = a.num_heads, a.head_dim, a.k_rank, a.v_rank
+        nh, dh, rk, rv, r = a.num_heads, a.head_dim, a.k_rank, a.v_rank, a.latent_rank
         for name in ("input_layernorm", "post_attention_layernorm"):
             getattr(dst, name).weight.copy_(getattr(src, name).weight)
         for name in ("gate_proj", "up_proj", "down_proj"):
@@ -89,21 +90,22 @@ def to_deepseek_v3(model: nn.Module, linearity: float = DEFAULT_LINEARITY) -> De
         q = torch.cat([a.q_proj.weight.view(nh, dh, -1), a.q_rope_proj.weight.view(nh, d_r, -1)], dim=1)
         b.q_proj.weight.copy_((q * fold).reshape(nh * (dh + d_r), -1))
         # Hard bound on the latent's mean square: ||z||^2 <= sigma_max(W_a)^2 ||x||^2, ||x||^2 <= D max(gain)^2.
-        w_latent = a.kv_a_proj.weight[: rk + rv].double()
+        w_latent = a.kv_a_proj.weight[:r].double()
         x_sq = src.input_layernorm.weight.double().abs().max() ** 2 * w_latent.size(1)
         bound = torch.linalg.matrix_norm(w_latent, ord=2) ** 2 * x_sq / r_max
         scale = math.sqrt(linearity * NORM_EPS / max(float(bound), 1e-30))
         kv_a = torch.zeros(r_max + d_r, w_latent.size(1), dtype=torch.float64)
-        kv_a[: rk + rv] = w_latent * scale
-        kv_a[r_max:] = a.kv_a_proj.weight[rk + rv :].double()
+        kv_a[:r] = w_latent * scale
+        kv_a[r_max:] = a.kv_a_proj.weight[r:].double()
         b.kv_a_proj_with_mqa.weight.copy_(kv_a)
         b.kv_a_layernorm.weight.fill_(math.sqrt(NORM_EPS) / scale)
         groups = a.head_group
         k_up = a.k_up.weight.view(a.num_kv_heads, dh, rk)[groups]  # [nh, dh, rk]
         v_up = a.v_up.weight.view(a.num_kv_heads, dh, rv)[groups]
         kv_b = torch.zeros(nh, 2 * dh, r_max)
+        v_from = 0 if a.joint else rk  # a joint latent is DeepSeek's own form; a split one gives a block-diagonal kv_b
         kv_b[:, :dh, :rk] = k_up
-        kv_b[:, dh:, rk : rk + rv] = v_up
+        kv_b[:, dh:, v_from : v_from + rv] = v_up
         b.kv_b_proj.weight.copy_(kv_b.reshape(nh * 2 * dh, r_max))
     return out
 

@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from rankwise.core.training.precision import check_autocast
 from rankwise.core.training.schedule import DECAYS
 from rankwise.errors import InvalidInputError
 
@@ -45,6 +46,7 @@ class TrainConfig:
     eval_every: int = 0  # 0: evaluate only at the end
     checkpoint_every: int = 0  # 0: no checkpoints
     seed: int = 0
+    autocast: str | None = None  # mixed precision of the forward and loss: None (off), "bfloat16" or "float16" (precision.py)
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "grad_accum"):
@@ -56,6 +58,7 @@ class TrainConfig:
             raise InvalidInputError(f"decay must be one of {list(DECAYS)}, got {self.decay!r}")
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise InvalidInputError("eval_every and checkpoint_every must be >= 0 (0 disables them)")
+        check_autocast(self.autocast)
 
     @property
     def warmup_steps(self) -> int:

@@ -32,6 +32,7 @@ from rankwise.core.training.checkpoint import load_checkpoint, save_checkpoint, 
 from rankwise.core.training.contracts import Task, TrainConfig, TrainResult, count_tokens
 from rankwise.core.training.guard import check_covers, grad_norm, nonfinite_error
 from rankwise.core.training.optimizer import OptimizerFactory, adamw, optimizer_label
+from rankwise.core.training.precision import autocast_context
 from rankwise.core.training.procedure import Procedure
 from rankwise.core.training.schedule import lr_at
 from rankwise.errors import InvalidInputError, NumericalError
@@ -113,6 +114,8 @@ def train(
     run = {k: v for k, v in dataclasses.asdict(config).items() if k not in ("eval_every", "checkpoint_every")}
     if run["decay"] == "cosine":
         del run["decay"]  # the default, recorded only when another: checkpoints written before it existed still resume
+    if run["autocast"] is None:
+        del run["autocast"]  # likewise
     run["task"] = task.name
     run["num_train"] = task.num_train  # another data selection is another run
     run["optimizer"] = optimizer_label(factory)  # resuming with another optimizer is refused
@@ -162,10 +165,11 @@ def train(
             sync = ddp.no_sync() if ddp is not None and micro < config.grad_accum - 1 else contextlib.nullcontext()
             procedure.before_micro_batch(step, micro)
             with sync:
-                loss = task.loss(model, batch)
-                extra = procedure.extra_loss(module)
-                if extra is not None:
-                    loss = loss + extra
+                with autocast_context(config.autocast, module):
+                    loss = task.loss(model, batch)
+                    extra = procedure.extra_loss(module)
+                    if extra is not None:
+                        loss = loss + extra
                 # Backward even through a non-finite loss: under DDP every rank must join the gradient all-reduce;
                 # the step is refused below, before the optimizer sees anything.
                 (loss / config.grad_accum).backward()
