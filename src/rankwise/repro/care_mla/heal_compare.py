@@ -73,7 +73,8 @@ class Settings:
 # Full-size cost (measured at 2 threads on this 2-core machine, nothing else running): a healing step (2 x 64 tokens,
 # CE + KL, teacher and student forward in bfloat16 autocast) ~0.5 s; per arm 3 grid runs + 2 more seeds = 5 x 300
 # steps = 750 s (+150 s if the grid is extended); conversions, perplexities and model loading ~150 s: ~1,650 s for
-# two arms (27 minutes), 1,800 s with one extension.
+# two arms planned. Measured: deploy 1,748 s; deploy-palu 1,930 s, over the 30-minute budget, because Palu's rate
+# sat on the grid's top edge and the grid was extended (a grid at Palu's own scale would avoid that run).
 SIZES = BySize(
     smoke=Settings(48, 16, 3, 32, 2, HealConfig(steps=4, batch_size=2, lr=2e-3, checkpoint_every=2), 32, 16, (1e-3, 3e-3),
                    0, 3),

@@ -2,7 +2,8 @@
 
 Claims (declared before anything is measured):
 - paper: LMAO beats first-order LoRA at equal steps (same LoRA phase, plus the ZO phase on the base weights);
-- paper: LMAO beats MeZO (full zeroth-order) by a wide margin (">>": more than MEZO_MARGIN points);
+- sanity: LMAO beats MeZO (full zeroth-order, its head fresh) by more than MEZO_MARGIN points (once a paper claim:
+  issue 24 found it could not fail, MeZO near chance; the warm-head comparison is `lmao:digits`');
 - invariant: LMAO's base update dW of every 2-D tensor has full numerical rank (rtol 1e-6);
 - invariant: LMAO with eta_W = 0 trains exactly the LoRA trajectory (bit for bit, a short run);
 - sanity: first-order LoRA learns the task (well above chance);
@@ -65,8 +66,12 @@ FT_MARGIN = -2.0
 def _declare(report: Report, s: Settings) -> None:
     report.declare(PairedClaim("lmao-beats-lora", "per-seed held-out accuracy LMAO - first-order LoRA at equal steps "
                                "(points)", ">", 0.0, kind=ClaimKind.PAPER, n_min=3))
-    report.declare(PairedClaim("lmao-beats-mezo", f"per-seed held-out accuracy LMAO - MeZO at equal steps (points); '>>' "
-                               f"as a margin of {MEZO_MARGIN:g} points", ">", MEZO_MARGIN, kind=ClaimKind.PAPER))
+    # Issue 24: here MeZO must learn a fresh head by zeroth-order steps and stays near chance, so "LMAO >> MeZO"
+    # could not fail; the paper claim against a warm MeZO is `lmao:digits`'. Kept as a check under a new id.
+    report.declare(PairedClaim("lmao-beats-cold-head-mezo", f"per-seed held-out accuracy LMAO - MeZO at equal steps "
+                               f"(points), MeZO learning its fresh head zeroth-order (near chance: a check, not evidence; "
+                               f"the warm-head comparison is lmao:digits'); margin {MEZO_MARGIN:g} points", ">",
+                               MEZO_MARGIN, kind=ClaimKind.SANITY, post_hoc=True))
     report.declare(Claim("base-update-full-rank", "min over LMAO's 2-D base tensors of numerical rank(W_T - W_0) / "
                          "min(m, n), rtol 1e-6 (first measurement seed)", ">=", 1.0, kind=ClaimKind.INVARIANT))
     report.declare(Claim("eta-w-zero-is-lora", f"max |LMAO(eta_W=0) - LoRA| over the trained tensors after "
@@ -136,7 +141,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                 rel_update.append(math.sqrt(sum(float(d.square().sum()) for d in f.base_delta.values())))
     add_summary(report, "Mean held-out accuracy over seeds (points)", results, chosen)
     report.measure_paired("lmao-beats-lora", results[LMAO], results[LORA])
-    report.measure_paired("lmao-beats-mezo", results[LMAO], results[MEZO])
+    report.measure_paired("lmao-beats-cold-head-mezo", results[LMAO], results[MEZO])
     report.measure("base-update-full-rank", rank_fraction)
     report.measure("lora-learns", [v - 100 / n for v in results[LORA]])
     report.measure_paired("lmao-near-full-ft", results[LMAO], results[FULL_FT])
