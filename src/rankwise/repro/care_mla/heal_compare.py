@@ -48,11 +48,12 @@ class InitArm:
     label: str
     method: str  # the latent factorization (compress.mla.METHODS)
     selections: tuple[str, ...]  # RoPE pair selections the arm chooses from on calibration data
+    slug: str  # the arm's name in claim ids
 
 
-CARE = InitArm("CARE", "care", SELECTIONS)
-PALU = InitArm("Palu (SVD)", "svd", SELECTIONS)
-MHA2MLA = InitArm("MHA2MLA", "mha2mla", ("contribution",))  # MHA2MLA's own recipe: S_2-norm pairs, joint plain SVD
+CARE = InitArm("CARE", "care", SELECTIONS, "care")
+PALU = InitArm("Palu (SVD)", "svd", SELECTIONS, "palu")
+MHA2MLA = InitArm("MHA2MLA", "mha2mla", ("contribution",), "mha2mla")  # MHA2MLA's own recipe: S_2-norm pairs, joint plain SVD
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def testbed_string(sz: Settings, baseline: InitArm) -> str:
 
 def claim_id(baseline: InitArm) -> str:
     """New ids (issue 24): the claims' testbed changed (a joint-latent MHA2MLA arm, 10x the healing)."""
-    return f"care_heals_better_than_{baseline.method.replace('svd', 'palu')}_long_heal"
+    return f"care_heals_better_than_{baseline.slug}_long_heal"
 
 
 def declare(report: Report, sz: Settings, baseline: InitArm) -> None:
