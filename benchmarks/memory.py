@@ -1,4 +1,5 @@
-"""What the benchmarks here share for memory: the bytes autograd saves for the backward, and CUDA's peak allocation.
+"""What the benchmarks here share for memory: the bytes autograd saves for the backward, the peak of live tensor
+bytes on the CPU, and CUDA's peak allocation.
 
 The saved bytes are the activation memory of training, the part of the peak that grows with batch and sequence;
 they are exact and deterministic where an allocator's peak on a shared CPU is not. Benchmarks are scripts
@@ -7,10 +8,13 @@ they are exact and deterministic where an allocator's peak on a shared CPU is no
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 
 def saved_tensor_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = (),
@@ -41,3 +45,50 @@ def cuda_peak_bytes(fn: Callable[[], Any]) -> int:
     fn()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated()
+
+
+class _LiveTensorBytes(TorchDispatchMode):
+    """Counts the bytes of every storage an op creates while the mode is on, until the storage is freed (a weakref
+    finalizer on its Python object, which torch keeps alive exactly as long as the storage); `existing` tensors
+    (parameters, optimizer states, the batch) are counted from the start. Each storage once, views included."""
+
+    def __init__(self, existing: Iterable[torch.Tensor]) -> None:
+        super().__init__()
+        self.current = 0
+        self.peak = 0
+        self._bytes: dict[int, int] = {}
+        for t in existing:
+            self._track(t)
+        self.start = self.current
+
+    def _track(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = id(storage)
+        if key in self._bytes:
+            return
+        self._bytes[key] = storage.nbytes()
+        self.current += self._bytes[key]
+        self.peak = max(self.peak, self.current)
+        weakref.finalize(storage, self._free, key)
+
+    def _free(self, key: int) -> None:
+        self.current -= self._bytes.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                self._track(t)
+        return out
+
+
+def live_tensor_peak(fn: Callable[[], Any], existing: Iterable[torch.Tensor] = ()) -> tuple[int, int, Any]:
+    """(peak bytes of live tensors while fn() runs, bytes live at its start, fn's result): the CPU's counterpart of
+    CUDA's allocator peak, without the allocator's and the interpreter's overheads. `existing`: the tensors alive
+    before fn (parameters, gradients, optimizer states, inputs), counted from the start. torch's own MemTracker
+    (`torch.distributed._tools.mem_tracker`) measures the same but refuses a model with frozen parameters (it hooks
+    every parameter's gradient), which LoRA and the memory-efficient methods have."""
+    mode = _LiveTensorBytes(existing)
+    with mode:
+        out = fn()
+    return mode.peak, mode.start, out
