@@ -41,15 +41,17 @@ MB = 2**20
 
 @dataclass(frozen=True)
 class Arm:
-    """`kind`: "full" (every weight trained), "lora" (LoRA r=`rank` on `targets`, the base frozen) or
-    "procedure" (full fine-tuning run by the registry's procedure `procedure` with `options`)."""
+    """`kind`: "full" (every weight trained, or only those whose name `train_only` (a regex) finds, and the task's
+    new head), "lora" (LoRA r=`rank` on `targets`: PEFT's target_modules, a list of suffixes or a regex, the base
+    frozen) or "procedure" (full fine-tuning run by the registry's procedure `procedure` with `options`)."""
 
     label: str
     kind: str
     procedure: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     rank: int = 8
-    targets: tuple[str, ...] = ()
+    targets: tuple[str, ...] | str = ()
+    train_only: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,13 +109,20 @@ def measure(workload: Workload, arm: Arm, steps: int, smoke: bool = False) -> di
     if arm.kind == "lora":
         from rankwise.adapters import LoraConfig, add_adapter
 
-        model = add_adapter(model, LoraConfig(r=arm.rank, lora_alpha=2 * arm.rank, target_modules=list(arm.targets)))
+        targets = arm.targets if isinstance(arm.targets, str) else list(arm.targets)
+        model = add_adapter(model, LoraConfig(r=arm.rank, lora_alpha=2 * arm.rank, target_modules=targets))
     elif arm.kind in ("full", "procedure"):
         model.requires_grad_(True)
     else:
         raise ValueError(f"unknown arm kind {arm.kind!r}")
     module = task.wrap(model)
     module.train()
+    if arm.train_only is not None:
+        import re
+
+        pattern = re.compile(arm.train_only)
+        for name, p in model.named_parameters():
+            p.requires_grad_(bool(pattern.search(name)))
     if arm.kind == "procedure":
         from rankwise.training.procedures import build_procedure
 
@@ -160,6 +169,7 @@ def measure(workload: Workload, arm: Arm, steps: int, smoke: bool = False) -> di
             "baseline_rss": baseline, "peak_rss": peak_rss, "training_rss": peak_rss - baseline,
             "tensor_peak": peak, "tensor_start": start, "saved_bytes": saved, "trainable_params": sum(p.numel() for p in trainable),
             "trainable_bytes": sum(p.numel() * p.element_size() for p in trainable), "grad_bytes": grads,
+            "model_bytes": sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()]),
             "optimizer_bytes": optimizer_state_bytes(opt), "analytic": {k: int(v) for k, v in analytic.items()}}
 
 
@@ -176,27 +186,26 @@ def _tensors(obj: Any) -> list:
     return []
 
 
-def run_arms(workloads: list[Workload], arms: list[Arm], steps: int, threads: int, smoke: bool = False) -> list[dict]:
-    """Every arm on every workload, each in a fresh process (a smoke run: all of a workload's arms in one process,
-    whose numbers are not the benchmark). Rows in the order given."""
+def run_arms(jobs: list[tuple[Workload, list[Arm]]], steps: int, threads: int, smoke: bool = False) -> list[dict]:
+    """Each (workload, arms) job's arms, each in a fresh process (a smoke run: everything in one process, whose
+    numbers are not the benchmark: it checks the code path in seconds). Rows in the order given."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "RANKWISE_QUIET": "1", "HF_HUB_OFFLINE": "1",
            "OMP_NUM_THREADS": str(threads)}
+    pairs = [(w, a) for w, arms in jobs for a in arms]
+    groups = [pairs] if smoke else [[pair] for pair in pairs]
     rows: list[dict] = []
-    for workload in workloads:
-        groups = [arms] if smoke else [[arm] for arm in arms]
-        for group in groups:
-            spec = {"workload": asdict(workload), "arms": [asdict(a) for a in group], "steps": steps,
-                    "threads": threads, "smoke": smoke}
-            done = subprocess.run([sys.executable, __file__, json.dumps(spec)], env=env, capture_output=True,
-                                  text=True, cwd=Path(__file__).parent)
-            if done.returncode != 0:
-                raise RuntimeError(f"measuring {[a.label for a in group]} on {workload.label} failed:\n"
-                                   f"{done.stderr[-4000:]}")
-            for line in done.stdout.strip().splitlines()[-len(group):]:
-                rows.append(json.loads(line))
-                print(f"{rows[-1]['workload']:>10} | {rows[-1]['arm']:<28} training RSS "
-                      f"{rows[-1]['training_rss'] / MB:8.1f} MB, tensor peak {rows[-1]['tensor_peak'] / MB:8.1f} MB, "
-                      f"saved {rows[-1]['saved_bytes'] / MB:7.1f} MB, {rows[-1]['step_s']:.3f} s/step", flush=True)
+    for group in groups:
+        spec = {"jobs": [[asdict(w), asdict(a)] for w, a in group], "steps": steps, "threads": threads, "smoke": smoke}
+        done = subprocess.run([sys.executable, __file__, json.dumps(spec)], env=env, capture_output=True, text=True,
+                              cwd=Path(__file__).parent)
+        if done.returncode != 0:
+            raise RuntimeError(f"measuring {[f'{w.label}: {a.label}' for w, a in group]} failed:\n{done.stderr[-4000:]}")
+        for line in done.stdout.strip().splitlines()[-len(group):]:
+            rows.append(json.loads(line))
+            r = rows[-1]
+            print(f"{r['workload']:>16} | {r['arm']:<28} training RSS {r['training_rss'] / MB:8.1f} MB, tensor peak "
+                  f"{r['tensor_peak'] / MB:8.1f} MB, saved {r['saved_bytes'] / MB:7.1f} MB, {r['step_s']:.3f} s/step",
+                  flush=True)
     return rows
 
 
@@ -204,18 +213,20 @@ def table(rows: list[dict]) -> list[str]:
     """Markdown rows per workload: measured memory (MB) and its ratio to the workload's first arm's, the analytic
     count."""
     lines = ["| workload | arm | trainable params | saved activations (MB) | / ref | tensor peak (MB) | / ref | "
-             "above state (MB) | params+grads+Adam (MB) | training RSS (MB) | / ref | analytic (MB) | step s | / ref |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "above state (MB) | model (MB) | params+grads+Adam (MB) | training RSS (MB) | / ref | analytic (MB) | step s | / ref |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for workload in dict.fromkeys(r["workload"] for r in rows):
         group = [r for r in rows if r["workload"] == workload]
         ref = group[0]
         for r in group:
-            analytic = ", ".join(f"{k} {v / MB:.1f}" for k, v in r["analytic"].items()) or "-"
+            analytic = ", ".join(f"{k} {v / MB:.1f}" for k, v in r["analytic"].items()
+                                 if not k.endswith("_elements")) or "-"  # bytes only (counts of elements aside)
             state = r["trainable_bytes"] + r["grad_bytes"] + r["optimizer_bytes"]
             lines.append(
                 f"| {workload} | {r['arm']} | {r['trainable_params']:,} | {r['saved_bytes'] / MB:.1f} | "
                 f"{_ratio(r['saved_bytes'], ref['saved_bytes'])} | {r['tensor_peak'] / MB:.1f} | "
-                f"{_ratio(r['tensor_peak'], ref['tensor_peak'])} | {(r['tensor_peak'] - r['tensor_start']) / MB:.1f} | {state / MB:.1f} | "
+                f"{_ratio(r['tensor_peak'], ref['tensor_peak'])} | {(r['tensor_peak'] - r['tensor_start']) / MB:.1f} | "
+                f"{r['model_bytes'] / MB:.1f} | {state / MB:.1f} | "
                 f"{r['training_rss'] / MB:.1f} | {_ratio(r['training_rss'], ref['training_rss'])} | {analytic} | "
                 f"{r['step_s']:.3f} | {_ratio(r['step_s'], ref['step_s'])} |")
     return lines
@@ -270,16 +281,15 @@ def benchmark_main(doc: str, slug: str, title: str, workloads: list[Workload], a
                         "(default: %(default)s)")
     args = parse_benchmark_args(parser, argv, {"steps": 1})
     chosen = smoke_workloads if args.smoke and smoke_workloads else workloads
-    rows: list[dict] = []
     t0 = time.perf_counter()
-    for workload in chosen:
-        rows += run_arms([workload], arms[workload.label], args.steps, args.threads or 1, smoke=args.smoke)
+    rows = run_arms([(w, arms[w.label]) for w in chosen], args.steps, args.threads or 1, smoke=args.smoke)
     lines = [f"# {title}", "", *notes, "",
              machine_line(args.threads or 1) + f" {args.steps} measured steps per arm; the whole benchmark took "
              f"{time.perf_counter() - t0:.0f} s.", "", *table(rows), "",
              "Columns: *saved activations* — what autograd keeps for the backward (parameters and buffers excluded); "
              "*tensor peak* — the most tensor bytes alive at once during a step (weights, optimizer states and batch "
-             "included), *above state* the same minus what was alive before the step; *params+grads+Adam* — the "
+             "included), *above state* the same minus what was alive before the step; *model* — every parameter and "
+             "buffer of the model as trained (a factored layer's factors, not its dense weight); *params+grads+Adam* — the "
              "trainable parameters, their gradients and AdamW's two moments; *training RSS* — the process's peak "
              "resident memory over the measured steps minus its resident memory with the model and batch loaded "
              "(allocator and interpreter overheads included); *analytic* — the method's own count "
@@ -291,11 +301,11 @@ def benchmark_main(doc: str, slug: str, title: str, workloads: list[Workload], a
 def _child(spec: dict) -> None:
     from rankwise.core.threads import limit_threads
 
-    workload = Workload(**spec["workload"])
     with limit_threads(spec["threads"]):
-        for arm in spec["arms"]:
-            arm = Arm(**{**arm, "targets": tuple(arm["targets"])})
-            print(json.dumps(measure(workload, arm, spec["steps"], spec["smoke"])), flush=True)
+        for workload, arm in spec["jobs"]:
+            targets = arm["targets"] if isinstance(arm["targets"], str) else tuple(arm["targets"])
+            arm = Arm(**{**arm, "targets": targets})
+            print(json.dumps(measure(Workload(**workload), arm, spec["steps"], spec["smoke"])), flush=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from rankwise.training.procedures import build_procedure, check_procedure_option
 
 
 def test_every_procedure_names_a_builder_and_a_frozen_config_dataclass():
-    assert set(procedure_entries()) == {"car-lora", "coa-lora", "la-lora", "lmao", "peso"}
+    assert set(procedure_entries()) == {"car-lora", "coa-lora", "dfa", "la-lora", "lmao", "peso", "trady", "wasi"}
     for name, entry in procedure_entries().items():
         cls = resolve(entry.config)
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, name

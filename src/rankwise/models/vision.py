@@ -19,7 +19,8 @@ pretrained features (stable low-rank activation subspaces, large gaps between fi
 Backbones (plain nn.Modules, every weight an nn.Linear or conv in torch's [out, in] layout):
 - `TinyViT`: 28x28 input, 7x7 patches (16 tokens + CLS), width 64, 4 pre-norm blocks (4 heads, MLP 256).
 - `SmallResNet`: a 3x3 stem and three stages of basic blocks at 16/32/64 channels with batch norm, average pooling.
-Both have `features(x) -> [B, width]` (the penultimate representation) and a replaceable linear `head`.
+- `FullyConnectedNet` ("mlp"): flatten, tanh hidden layers, a linear head (feedback-alignment methods' setting).
+All have `features(x) -> [B, width]` (the penultimate representation) and a replaceable linear `head`.
 
 Pretraining runs the project's one training loop (`rankwise.core.training.train`: AdamW, warmup + cosine,
 clipping, fixed batch order from the seed) and is cached (`core.cache`) under a key of the whole recipe and a
@@ -204,7 +205,40 @@ class SmallResNet(nn.Module):
         return self.head(self.features(x))
 
 
-ARCHITECTURES: dict[str, type[nn.Module]] = {"tiny-vit": TinyViT, "resnet-small": SmallResNet}
+# ------------------------------------------------------------------------------------------ fully connected net
+
+
+class FullyConnectedNet(nn.Module):
+    """[B, C, H, W] -> flatten -> `depth - 1` x (Linear, Tanh) at `hidden` units (`body`) -> Linear `head`:
+    `depth` weight layers in all (784 -> 256 x (depth-1) -> classes by default): the setting of feedback-alignment
+    methods (DFA feedback matching), whose updates are defined layer by layer on a plain chain."""
+
+    def __init__(self, num_classes: int = 10, image_size: int = 28, in_channels: int = 1, hidden: int = 256,
+                 depth: int = 6) -> None:
+        super().__init__()
+        if depth < 2:
+            raise InvalidInputError(f"a fully connected net needs depth >= 2 (a hidden layer and a head), got {depth}")
+        layers: list[nn.Module] = []
+        width = in_channels * image_size * image_size
+        for _ in range(depth - 1):
+            layers += [nn.Linear(width, hidden), nn.Tanh()]
+            width = hidden
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, num_classes)
+
+    @property
+    def width(self) -> int:
+        return self.head.in_features
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, C, H, W] -> the last hidden layer's output [B, hidden]."""
+        return self.body(x.flatten(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+ARCHITECTURES: dict[str, type[nn.Module]] = {"tiny-vit": TinyViT, "resnet-small": SmallResNet, "mlp": FullyConnectedNet}
 
 
 # ---------------------------------------------------------------------------------------------------- pretraining

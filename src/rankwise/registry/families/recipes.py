@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from rankwise.registry.records import FINETUNE, MethodSpec, ProcedureEntry, record, repro
+from rankwise.registry.records import FINETUNE, BenchmarkEntry, MethodSpec, ProcedureEntry, record, repro
 
 METHODS: tuple[MethodSpec, ...] = (
-    record("dfa-feedback-matching", "Enabling Fine-Tuning of Direct Feedback Alignment via Feedback-Weight Matching", "recipes"),
+    record("dfa-feedback-matching", "Enabling Fine-Tuning of Direct Feedback Alignment via Feedback-Weight Matching", "recipes",
+       api=["rankwise.recipes.dfa:build", "rankwise.recipes.dfa:DfaProcedure", "rankwise.recipes.dfa:DfaConfig",
+            "rankwise.recipes.dfa:feedback_matching", "rankwise.recipes.dfa:weight_matching",
+            "rankwise.recipes.dfa:weight_alignment", "rankwise.recipes.dfa:gradient_alignment",
+            "rankwise.recipes.dfa:DFALinear", "rankwise.recipes.dfa:DFAOutputLinear"],
+       experiments=[repro("dfa-feedback-matching", summary="BP-pretrained FCNs (4 and 6 layers, Fashion-MNIST) "
+                          "fine-tuned on upscaled digits with a new head: DFA+FWM vs DFA_fine, DFA_scratch, FWM "
+                          "without weight decay, feedback-only and weight-only matching, BP; accuracy right after "
+                          "matching, WA and GA; 10 seeds")],
+       commands=[FINETUNE],
+       procedures=[ProcedureEntry("dfa", "rankwise.recipes.dfa.procedure:build", "rankwise.recipes.dfa.procedure:DfaConfig",
+                                  trains="base")],
+       benchmarks=[BenchmarkEntry("dfa-memory", "bench_dfa.py")],
+       docs="docs/methods/dfa-feedback-matching.md"),
     record("diff-interpretation-tuning", "Learning to Interpret Weight Differences in Language Models", "recipes"),
     record("loss-curve-collapse", "Scaling with Collapse: Efficient and Predictable Training of LLM Families", "recipes",
        api=["rankwise.recipes.loss_curve_collapse:normalise", "rankwise.recipes.loss_curve_collapse:Curve",
@@ -31,6 +44,33 @@ METHODS: tuple[MethodSpec, ...] = (
                                   "rankwise.recipes.car_lora.procedure:CarLoraConfig")],
        docs="docs/methods/portable-adapter.md"),
     record("task-arithmetic-fairness", "On Fairness of Task Arithmetic: The Role of Task Vectors", "recipes"),
-    record("trady", "Study of Training Dynamics for Memory-Constrained Fine-Tuning", "recipes"),
-    record("wasi", "Efficient Resource-Constrained Training of Transformers via Subspace Optimization", "recipes"),
+    record("trady", "Study of Training Dynamics for Memory-Constrained Fine-Tuning", "recipes",
+       api=["rankwise.recipes.trady:build", "rankwise.recipes.trady:TradyProcedure", "rankwise.recipes.trady:rank_layers",
+            "rankwise.recipes.trady:LayerRanking", "rankwise.recipes.trady:ChannelSparse", "rankwise.recipes.trady:sgd"],
+       experiments=[repro("trady", summary="SmallResNet pretrained on Fashion-MNIST, layers ranked by RGN on rotated "
+                          "digits, fine-tuned at 5% of the full memory cost on three targets: TraDy vs S-TopK / D- and "
+                          "S-Full Random, S- and D-Det RGN, Velocity and full fine-tuning, 5 seeds; layer-ranking "
+                          "stability across targets"),
+                    repro("trady", "minilm", "MiniLM's top two layers on wiki-topics (topics 6-11; ranked on topics "
+                          "0-5): TraDy vs S-TopK Random, D-Full Random, Velocity and full fine-tuning at the same "
+                          "budget, 5 seeds", module="minilm")],
+       commands=[FINETUNE],
+       procedures=[ProcedureEntry("trady", "rankwise.recipes.trady.procedure:build",
+                                  "rankwise.recipes.trady.procedure:TradyConfig", trains="base")],
+       benchmarks=[BenchmarkEntry("trady-memory", "bench_trady.py")],
+       docs="docs/methods/trady.md"),
+    record("wasi", "Efficient Resource-Constrained Training of Transformers via Subspace Optimization", "recipes",
+       api=["rankwise.recipes.wasi:WasiLinear", "rankwise.recipes.wasi:WasiProcedure", "rankwise.recipes.wasi:WasiConfig",
+            "rankwise.recipes.wasi:build", "rankwise.recipes.wasi:ActivationSubspace", "rankwise.recipes.wasi:choose_options",
+            "rankwise.recipes.wasi:measure_options", "rankwise.recipes.wasi:memory_numel", "rankwise.recipes.wasi:training_flops"],
+       experiments=[repro("wasi", summary="MiniLM's last MLP fine-tuned on wiki-topics (cached prefix): WASI at eps 0.9 / "
+                          "0.6 and low-memory WASI vs vanilla, LoRA, WSI, ASI, SVD truncation + LoRA and a head-only "
+                          "control, analytic and measured memory, 5 seeds"),
+                    repro("wasi", "vision", "TinyViT pretrained on Fashion-MNIST 0-4, all MLP linears fine-tuned on "
+                          "classes 5-9: the same arms and claims, 5 seeds", module="vision")],
+       commands=[FINETUNE],
+       procedures=[ProcedureEntry("wasi", "rankwise.recipes.wasi.procedure:build",
+                                  "rankwise.recipes.wasi.procedure:WasiConfig", trains="base")],
+       benchmarks=[BenchmarkEntry("wasi-memory", "bench_wasi.py")],
+       docs="docs/methods/wasi.md"),
 )
