@@ -242,6 +242,10 @@ def run(args: argparse.Namespace) -> int:
         if args.procedure:
             procedure_options = parse_key_values(args.procedure_option, "--procedure-option")
             procedure = build_procedure(args.procedure, module, task, args.seed, **procedure_options)
+            if full:  # a base-training procedure (WASI, TraDy, DFA) may freeze or factor what --method full trains
+                trained = sum(p.numel() for p in module.parameters() if p.requires_grad)
+                say(f"--procedure {args.procedure}: {trained:,} of {sum(p.numel() for p in module.parameters()):,} "
+                    "parameters trained")
     config = TrainConfig(
         steps=args.steps, batch_size=args.batch_size, grad_accum=args.grad_accum, lr=args.lr, weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio, decay=args.decay, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed,
