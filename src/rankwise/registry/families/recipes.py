@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankwise.registry.records import FINETUNE, BenchmarkEntry, MethodSpec, ProcedureEntry, record, repro
+from rankwise.registry.records import FINETUNE, BenchmarkEntry, LayerEntry, MethodSpec, ProcedureEntry, record, repro
 
 METHODS: tuple[MethodSpec, ...] = (
     record("dfa-feedback-matching", "Enabling Fine-Tuning of Direct Feedback Alignment via Feedback-Weight Matching", "recipes",
@@ -33,7 +33,15 @@ METHODS: tuple[MethodSpec, ...] = (
                     repro("loss-curve-collapse", "early-stop", "LR sweep at width 32 ranked from its first 30% aligned "
                           "to width-16 references: tau fixed vs lambda fixed, 5 seeds", module="early_stop")],
        docs="docs/methods/loss-curve-collapse.md"),
-    record("lowprec-flash-attention", "Why Low-Precision Transformer Training Fails: An Analysis on Flash Attention", "recipes"),
+    record("lowprec-flash-attention", "Why Low-Precision Transformer Training Fails: An Analysis on Flash Attention", "recipes",
+       api=["rankwise.nn.lowprec_flash_attention:FlashAttention", "rankwise.nn.lowprec_flash_attention:flash_attention",
+            "rankwise.nn.lowprec_flash_attention:FlashConfig", "rankwise.nn.lowprec_flash_attention:measure_bias"],
+       experiments=[repro("lowprec-flash-attention", summary="bf16 rounding bias of the tiled attention output "
+                          "without and with the fix vs float64 (5 configurations, 5 seeds); a 2-layer byte GPT in "
+                          "emulated bf16 with and without the fix, layer-2 W_Q spectral drift, 3 seeds")],
+       layers=[LayerEntry("FlashAttention", "rankwise.nn.lowprec_flash_attention.spec")],
+       benchmarks=[BenchmarkEntry("lowprec-flash-attention", "bench_lowprec_flash_attention.py")],
+       docs="docs/methods/lowprec-flash-attention.md"),
     record("palc", "PALC: Preference Alignment via Logit Calibration", "recipes"),
     record("portable-adapter", "CAR-LoRA: Training Compression-Aware and Robust LoRA Adapters for Evolving LLMs", "recipes",
        api=["rankwise.recipes.car_lora:CompressedBase", "rankwise.quant.compression_ops:parse_operators",

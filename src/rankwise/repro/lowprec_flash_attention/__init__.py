@@ -1,0 +1,1 @@
+"""Reproduction of lowprec-flash-attention: the bf16 rounding-bias microbenchmark."""
