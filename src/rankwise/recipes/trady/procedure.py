@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from rankwise.core.module_inputs import first_inputs
 from rankwise.core.options import config_or_options, option
 from rankwise.core.training import Procedure, distributed
 from rankwise.errors import InvalidInputError
@@ -332,26 +333,15 @@ class TradyProcedure(Procedure):
     def _input_shapes(self, batch: Mapping[str, torch.Tensor], head: nn.Module | None) -> dict[str, torch.Size]:
         """The input shape of every pool layer (and of the head, under "head") in one forward of `batch` (eval mode,
         no gradient: nothing is updated)."""
-        shapes: dict[str, torch.Size] = {}
         targets = {n: self.layers[n] for n in self.pool_layers}
         if head is not None:
             targets["head"] = head
-        def record(name: str):
-            def hook(m: nn.Module, args: tuple) -> None:
-                shapes.setdefault(name, args[0].shape)  # returns None: the inputs go on unchanged
-            return hook
-
-        handles = [m.register_forward_pre_hook(record(n)) for n, m in targets.items()]
         training = self.module.training
         self.module.eval()
         try:
-            with torch.no_grad():
-                self.task.loss(self.module, batch)
+            return first_inputs(targets, lambda: self.task.loss(self.module, batch), keep=lambda x: x.shape)
         finally:
-            for h in handles:
-                h.remove()
             self.module.train(training)
-        return shapes
 
     def _head_module(self) -> nn.Module | None:
         if not self.head:

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rankwise.core.module_inputs import first_inputs
 from rankwise.core.options import config_or_options, option
 from rankwise.core.training import Procedure
 from rankwise.core.training.loop import batch_indices
@@ -184,20 +185,7 @@ class WasiProcedure(Procedure):
         loss; Tucker ranks not fixed yet are those `activation_epsilon` gives on this batch, nothing is stored)."""
         if self.finished:
             raise InvalidInputError("the WASI layers were turned back into nn.Linear at the end of training")
-        seen: dict[str, torch.Tensor] = {}
-
-        def keep(name: str):
-            def hook(_m: nn.Module, args: tuple) -> None:  # returns None: the input is left as it is
-                seen.setdefault(name, as_3d(args[0].detach()))
-            return hook
-
-        handles = [layer.register_forward_pre_hook(keep(name)) for name, layer in self.layers.items()]
-        try:
-            with torch.no_grad():
-                self.task.loss(self.module, batch)
-        finally:
-            for h in handles:
-                h.remove()
+        seen = first_inputs(self.layers, lambda: self.task.loss(self.module, batch), keep=lambda x: as_3d(x.detach()))
         out = {}
         for name, layer in self.layers.items():
             a = seen[name]

@@ -21,6 +21,7 @@ from torch import nn
 from rankwise.core.arms import tune_then_seeds
 from rankwise.core.discrimination import comparison, control
 from rankwise.core.evidence import Claim, ClaimKind, PairedClaim
+from rankwise.core.module_inputs import first_inputs
 from rankwise.core.progress import say
 from rankwise.core.report import Report
 from rankwise.core.training import TrainConfig
@@ -185,22 +186,8 @@ def measure_memory(specs: Sequence[ArmSpec], base: nn.Module, targets: Sequence[
 
 
 def _input_shapes(module: nn.Module, targets: Sequence[str], task: Any, batch) -> dict[str, tuple[int, int]]:
-    seen: dict[str, tuple[int, int]] = {}
-
-    def keep(name: str):
-        def hook(_m: nn.Module, args: tuple) -> None:
-            x = args[0]
-            seen.setdefault(name, (x.shape[0], x.shape[1] if x.dim() == 3 else 1))
-        return hook
-
-    handles = [module.get_submodule(n).register_forward_pre_hook(keep(n)) for n in targets]
-    try:
-        with torch.no_grad():
-            task.loss(module, batch)
-    finally:
-        for h in handles:
-            h.remove()
-    return seen
+    return first_inputs({n: module.get_submodule(n) for n in targets}, lambda: task.loss(module, batch),
+                        keep=lambda x: (x.shape[0], x.shape[1] if x.dim() == 3 else 1))
 
 
 def _cell(xs: Sequence[float]) -> str:
