@@ -32,6 +32,9 @@ $(STAMP): pyproject.toml Makefile
 	# user's first search; botorch falls back to pure Python where no compiler is available.
 	$(BIN)/python -c "import importlib; m = importlib.import_module('botorch.acquisition.multi_objective.logei'); \
 		getattr(m, '_try_load_fused_kernel', lambda: None)()"
+	# Compile CodeQuant's lookup-table matmul kernel (~20 s) now rather than in a test or a user's first decode; without
+	# a compiler the layers fall back to the pure-torch reference and say so.
+	$(BIN)/python -c "from rankwise.compress.codequant.lut import kernel_status; print('CodeQuant LUT kernel:', kernel_status())"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -12,7 +12,7 @@ from rankwise.errors import InvalidInputError, NumericalError, UnknownNameError
 from rankwise.quant.block import RECIPES, BlockRecipe, get_recipe, make_recipe, quantize
 from rankwise.quant.fake_quant import fake_quantize
 from rankwise.quant.formats import E2M1, E8M0, UE4M3, UE5M3
-from rankwise.quant.packing import pack_nibbles, unpack_nibbles
+from rankwise.core.packing import pack_nibbles, unpack_nibbles
 
 pytestmark = pytest.mark.method("microscaling-ue5m3")
 

@@ -16,6 +16,10 @@ _LAZY = {
     "tiny_llama": "rankwise.models.tiny",
     "tiny_bert": "rankwise.models.tiny",
     "embed_sentences": "rankwise.models.minilm",
+    "MoEConfig": "rankwise.models.moe",
+    "TinyMoELM": "rankwise.models.moe",
+    "byte_windows": "rankwise.models.moe",
+    "pretrained_moe": "rankwise.models.moe_pretrain",
 }
 
 
@@ -31,4 +35,5 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = ["load_model", "load_smollm2_tokenizer", "tiny_llama", "tiny_bert", "embed_sentences", "EMBEDDED"]
+__all__ = ["load_model", "load_smollm2_tokenizer", "tiny_llama", "tiny_bert", "embed_sentences", "EMBEDDED", "MoEConfig",
+           "TinyMoELM", "byte_windows", "pretrained_moe"]

@@ -275,6 +275,21 @@ def _identify_model_folder(path: Path, key: str) -> FolderInfo:
                           {"recipe": recipe, "quantized_layers": len(json_field(q, "layers", dict, where, {})) if q else None},
                           (f"rankwise.models.load_model({key!r})  (dequantizes to fp32; stock transformers cannot read "
                            "the packed weights)",), causal, model_type)
+    if fmt == "codequant":
+        where = path / "codequant.json"
+        q = json_object(_read_json(where), where) if where.is_file() else {}
+        layers = json_field(q, "layers", dict, where, {})
+        recipe = json_field(q, "recipe", dict, where, {})
+        return FolderInfo(QUANTIZED, key, f"CodeQuant-quantized {model_type} model (rotated stream, 16-centroid codebooks "
+                          "per row, 4-bit inputs)",
+                          {"recipe": {k: recipe.get(k) for k in ("rotation", "weights", "weight_bits", "act_bits", "group")
+                                      if k in recipe},
+                           "clustered_layers": len(layers),
+                           "clustered_weights": sum(d["shape"][0] * d["shape"][1] for d in layers.values()
+                                                    if isinstance(d, dict) and isinstance(d.get("shape"), list)
+                                                    and len(d["shape"]) == 2)},
+                          (f"rankwise.models.load_model({key!r})  (its clustered layers quantize their inputs; stock "
+                           "transformers cannot read the codes)",), True, model_type)
     if fmt:
         # A format of a method this version does not list: load_model will name it (registry.folder_loader).
         return FolderInfo(MODEL, key, f"rankwise folder of format {fmt!r}", {"rankwise_format": fmt},

@@ -22,14 +22,15 @@ import transformers
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from rankwise.core.io import (load_tensors, read_json, read_versioned_config, save_model_folder, save_tensors_atomic,
-                              verify_manifest, write_json_atomic, write_versioned_config)
+from rankwise.core.io import (load_tensors, read_versioned_config, save_model_folder, save_tensors_atomic,
+                              verify_manifest, write_versioned_config)
 from rankwise.core.json_fields import json_field
+from rankwise.core.model_files import dense_remainder, write_config_and_tokenizer
 from rankwise.errors import CorruptFileError, InvalidInputError
 from rankwise.quant.block import BlockRecipe, QuantizedTensor, quantize
 from rankwise.quant.fake_quant import quantizable_linears
 from rankwise.quant.formats import get_format
-from rankwise.quant.packing import pack_nibbles, unpack_nibbles
+from rankwise.core.packing import pack_nibbles, unpack_nibbles
 
 FORMAT_NAME = "microscaling"
 CONFIG_KIND = "rankwise-microscaling"
@@ -94,21 +95,10 @@ def save_quantized(model: PreTrainedModel, tokenizer, recipe: BlockRecipe, folde
         quantized[f"{name}.global_scale"] = q.global_scale.reshape(1).float()
         shapes[name] = list(q.shape)
     skip = {f"{name}.weight" for name, _ in layers}
-    dense, seen = {}, set()
-    for key, t in model.state_dict().items():
-        ptr = t.untyped_storage().data_ptr()
-        if key in skip or ptr in seen:  # tied weights (lm_head = embed_tokens) are stored once
-            continue
-        seen.add(ptr)
-        dense[key] = t.detach().float().contiguous()
+    dense = dense_remainder(model, skip.__contains__)
 
     def write(tmp: Path) -> None:
-        model.config.save_pretrained(tmp)
-        config = read_json(tmp / "config.json")
-        config["rankwise_format"] = FORMAT_NAME
-        write_json_atomic(tmp / "config.json", config)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+        write_config_and_tokenizer(tmp, model, tokenizer, FORMAT_NAME)
         write_versioned_config(tmp / "quantization.json", CONFIG_KIND, CONFIG_VERSION,
                                {"recipe": recipe_to_dict(recipe), "layers": shapes, "exclude": list(exclude),
                                 "model_class": type(model).__name__})

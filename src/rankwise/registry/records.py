@@ -327,5 +327,6 @@ def record(slug: str, title: str, family: str, **fields: Any) -> MethodSpec:
 
 
 FINETUNE = Command("finetune", "rankwise.commands.finetune")  # shared by every method that trains through finetune
+QUANTIZE = Command("quantize", "rankwise.commands.quantize")  # microscaling formats and CodeQuant
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankwise.registry.records import BenchmarkEntry, Command, FolderFormat, MethodSpec, record, repro
+from rankwise.registry.records import QUANTIZE, BenchmarkEntry, Command, FolderFormat, MethodSpec, record, repro
 
 METHODS: tuple[MethodSpec, ...] = (
     record("care-mla", "CARE: Covariance-Aware and Rank-Enhanced Decomposition for Enabling Multi-Head Latent Attention", "compress",
@@ -19,5 +19,19 @@ METHODS: tuple[MethodSpec, ...] = (
        folder_formats=[FolderFormat("mla-oneshot", "rankwise.compress.mla.io:load_mla")],
        benchmarks=[BenchmarkEntry("mla-deploy", "bench_mla_deploy.py")],
        docs="docs/methods/care-mla.md"),
-    record("codequant", "CodeQuant: Unified Clustering and Quantization for Enhanced Outlier Smoothing in Low-Precision Mixture-of-Experts", "compress"),
+    record("codequant", "CodeQuant: Unified Clustering and Quantization for Enhanced Outlier Smoothing in Low-Precision Mixture-of-Experts", "compress",
+       api=["rankwise.compress.codequant:quantize_", "rankwise.compress.codequant:QuantSpec",
+            "rankwise.compress.codequant:codequant_spec", "rankwise.compress.codequant:learn_rotation",
+            "rankwise.compress.codequant:ClusteredLinear", "rankwise.compress.codequant:finetune_centroids_",
+            "rankwise.compress.codequant:save_codequant", "rankwise.compress.codequant:load_codequant",
+            "rankwise.compress.codequant.lut:lut_matmul", "rankwise.compress.codequant:gptq"],
+       experiments=[repro("codequant", summary="A4W4 on a small MoE LM trained here: CodeQuant vs RTN, SmoothQuant, "
+                          "QuaRot-like, QuaRot+GPTQ, SpinQuant-like at equal bits, tuned; NLL and router agreement"),
+                    repro("codequant", "smollm2", "the rotation claims on SmolLM2's real activation outliers: A4 under "
+                          "no / random / learned rotation, A4W4 arms as in main (dense: each MLP one expert)",
+                          threads=None)],
+       commands=[QUANTIZE],
+       folder_formats=[FolderFormat("codequant", "rankwise.compress.codequant.io:load_codequant")],
+       benchmarks=[BenchmarkEntry("codequant", "bench_codequant.py")],
+       docs="docs/methods/codequant.md"),
 )

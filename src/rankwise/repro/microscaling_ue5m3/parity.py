@@ -12,7 +12,7 @@ import warnings
 import torch
 
 from rankwise.quant.block import get_recipe, quantize
-from rankwise.quant.packing import unpack_nibbles
+from rankwise.core.packing import unpack_nibbles
 
 
 def _torchao():

@@ -1,5 +1,6 @@
-"""Two 4-bit codes per byte. Element 2i goes to the low nibble and element 2i+1 to the high nibble of byte i, the
-layout torchao and the OCP MX reference use, so packed FP4 tensors compare byte for byte."""
+"""Two 4-bit codes per byte (microscaling FP4 elements, CodeQuant's centroid codes). Element 2i goes to the low
+nibble and element 2i+1 to the high nibble of byte i, the layout torchao and the OCP MX reference use, so packed FP4
+tensors compare byte for byte."""
 
 from __future__ import annotations
 
