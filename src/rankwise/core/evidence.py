@@ -143,7 +143,8 @@ def bootstrap_mean_interval(values: Sequence[float], key: str, n_resamples: int 
     raise InvalidInputError(f"{key!r}: no bootstrap interval could be computed for {x.tolist()}")
 
 
-def _finite_float(value: Any, what: str) -> float:
+def finite_number(value: Any, what: str) -> float:
+    """`value` as a finite float, or an InvalidInputError naming `what` (a non-number, NaN or infinity)."""
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -172,7 +173,7 @@ class _ClaimBase:
             raise InvalidInputError(f"a claim needs a non-empty name, got {self.name!r}")
         if self.op not in OPS:
             raise InvalidInputError(f"claim {self.name!r}: op must be one of {sorted(OPS)}, got {self.op!r}")
-        self.threshold = _finite_float(self.threshold, f"claim {self.name!r}: threshold")
+        self.threshold = finite_number(self.threshold, f"claim {self.name!r}: threshold")
         self.kind = as_kind(self.kind)
         if self.discriminates is not None and not isinstance(self.discriminates, Discrimination):
             raise InvalidInputError(f"claim {self.name!r}: discriminates takes core.discrimination.comparison(arm) or "

@@ -70,6 +70,14 @@ class FakeQuantLinear(nn.Module):
     def bias(self) -> nn.Parameter | None:
         return self.linear.bias
 
+    @property
+    def in_features(self) -> int:  # so that code walking a model's linears by shape sees through the wrapper
+        return self.linear.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.linear.out_features
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(fake_quantize(x, self.activation_recipe).to(x.dtype))
 

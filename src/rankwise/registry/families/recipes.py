@@ -51,7 +51,21 @@ METHODS: tuple[MethodSpec, ...] = (
        commands=[FINETUNE], procedures=[ProcedureEntry("car-lora", "rankwise.recipes.car_lora.procedure:car_lora_procedure",
                                   "rankwise.recipes.car_lora.procedure:CarLoraConfig")],
        docs="docs/methods/portable-adapter.md"),
-    record("task-arithmetic-fairness", "On Fairness of Task Arithmetic: The Role of Task Vectors", "recipes"),
+    record("task-arithmetic-fairness", "On Fairness of Task Arithmetic: The Role of Task Vectors", "recipes",
+       api=["rankwise.recipes.task_arithmetic:TaskVector", "rankwise.recipes.task_arithmetic:task_vector",
+            "rankwise.recipes.task_arithmetic:lora_task_vector", "rankwise.recipes.task_arithmetic:add_vectors",
+            "rankwise.recipes.task_arithmetic:scale_sum", "rankwise.recipes.task_arithmetic:merge_per_group",
+            "rankwise.recipes.task_arithmetic:inject", "rankwise.recipes.task_arithmetic:fairness_bound",
+            "rankwise.recipes.task_arithmetic:subgroup_task_vectors", "rankwise.recipes.task_arithmetic:worst_group",
+            "rankwise.recipes.task_arithmetic:fairness_metrics",
+            "rankwise.recipes.task_arithmetic:demographic_parity_difference",
+            "rankwise.recipes.task_arithmetic:equalized_odds_difference",
+            "rankwise.recipes.task_arithmetic:lambda_sweep", "rankwise.recipes.task_arithmetic:select_point"],
+       experiments=[repro("task-arithmetic-fairness", summary="COMPAS (six race groups, race withheld), MLP pretrained "
+                          "on the decile-score proxy: task addition of six race-group vectors (lambda on validation) "
+                          "vs FFT and LoRA on accuracy, DPD and EOD, a scaled-FFT-vector ablation, single-group "
+                          "injection vs vector norm with a random-direction control, 10 seeds")],
+       docs="docs/methods/task-arithmetic-fairness.md"),
     record("trady", "Study of Training Dynamics for Memory-Constrained Fine-Tuning", "recipes",
        api=["rankwise.recipes.trady:build", "rankwise.recipes.trady:TradyProcedure", "rankwise.recipes.trady:rank_layers",
             "rankwise.recipes.trady:LayerRanking", "rankwise.recipes.trady:ChannelSparse", "rankwise.recipes.trady:sgd"],

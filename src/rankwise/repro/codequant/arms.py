@@ -25,6 +25,7 @@ from rankwise.compress.codequant.structure import decoder_of
 from rankwise.compress.codequant.metrics import relative_output_errors, router_agreement
 from rankwise.errors import NumericalError
 from rankwise.eval import perplexity
+from rankwise.quant import get_recipe, quantize_linears_
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,28 @@ class Arm:
     spec: QuantSpec
     tuned: str | None = None  # which knob the validation grid picks ("smooth_alpha", "aos.lr", "finetune.lr", "damp")
     grid: tuple[float, ...] = ()
+    peer: Callable[[nn.Module], nn.Module] | None = None  # a format outside the pipeline: quantizes an FP copy in place
+
+
+MXFP4_BITS = 4 + 8 / 32  # E2M1 elements, one E8M0 scale per 32
+
+
+def mxfp4_peer(model: nn.Module) -> nn.Module:
+    """The microscaling peer at A4W4 on CodeQuant's scope: MXFP4 weights and inputs (blocks of 32 along the
+    inputs) on q/k/v, the router and gate/up; o_proj, down_proj and lm_head stay fp32. No calibration."""
+    recipe = get_recipe("mxfp4")
+    quantize_linears_(model, recipe, activations=recipe, exclude=("lm_head", "o_proj", "down_proj"))
+    return model
+
+
+def weight_bits(spec: QuantSpec, in_features: int) -> float:
+    """Stored bits per quantized weight: the 4-bit code plus its share of the fp32 centroids (k per row or group)
+    or of the fp32 scale and zero point; 32 for FP weights."""
+    if spec.weights == "fp":
+        return 32.0
+    group = in_features if spec.group is None else spec.group
+    side = spec.k * 32 if spec.weights == "kmeans" else 2 * 32
+    return spec.weight_bits + side / group
 
 
 def with_knob(spec: QuantSpec, knob: str, value: float) -> QuantSpec:
@@ -59,8 +82,11 @@ class Prefixes:
             self._cache[key] = (m, result)
         return self._cache[key]
 
-    def build(self, spec: QuantSpec) -> tuple[nn.Module, nn.Module, object]:
-        """(quantized model, its FP rotated reference, the QuantResult)."""
+    def build(self, spec: QuantSpec, peer: Callable[[nn.Module], nn.Module] | None = None
+              ) -> tuple[nn.Module, nn.Module, object]:
+        """(quantized model, its FP rotated reference, the QuantResult); a peer format quantizes an FP copy."""
+        if peer is not None:
+            return peer(copy.deepcopy(self.model)), self.model, None
         fp, rot = self.get(spec)
         m = copy.deepcopy(fp)
         result = dataclasses.replace(rot, spec=spec)
@@ -164,7 +190,7 @@ def run_arms(arms: list[Arm], specs: dict[str, QuantSpec], seeds: list[int], cal
         prefixes = Prefixes(model, calibration_of(seed))
         for a in arms:
             spec = dataclasses.replace(specs[a.name], seed=seed)
-            m, fp, _ = prefixes.build(spec)
+            m, fp, _ = prefixes.build(spec, a.peer)
             scores[a.name].append(score(m, fp, windows, probe, top_k))
             if on_arm is not None:
                 on_arm(a.name, seed)

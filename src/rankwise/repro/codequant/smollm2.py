@@ -24,7 +24,8 @@ from rankwise.compress.codequant import ACCFConfig, AOSConfig, QuantSpec
 from rankwise.core.evidence import ClaimKind, PairedClaim
 from rankwise.core.report import Report
 from rankwise.data import token_windows
-from rankwise.repro.codequant.arms import Arm, knob_value, mean_nll, mean_of, run_arms, tune_all
+from rankwise.repro.codequant.arms import (MXFP4_BITS, Arm, knob_value, mean_nll, mean_of, mxfp4_peer, run_arms,
+                                           tune_all, weight_bits)
 from rankwise.repro.setup import BySize, experiment_model
 
 
@@ -48,10 +49,12 @@ AOS_LRS = (1e-3, 1e-2, 1e-1)
 ACCF_LRS = (0.3, 1.0, 3.0, 10.0)
 ALPHAS = (0.35, 0.5, 0.65, 0.8)
 DAMPS = (1e-3, 1e-2, 1e-1)
+EQUAL_STORAGE = "SpinQuant-like, RTN at CodeQuant's storage"
+MXFP4 = "MXFP4 A4W4 (microscaling peer)"
 BASELINES = ("RTN", "SmoothQuant + RTN", "QuaRot-like (random R + RTN)", "QuaRot + GPTQ", "SpinQuant-like (learned R + RTN)")
 
 
-def arms(s: Settings, aos: AOSConfig) -> list[Arm]:
+def arms(s: Settings, aos: AOSConfig, hidden: int) -> list[Arm]:
     learned = dict(rotation="learned", aos=aos, aos_tokens=s.aos_tokens)
     return [
         Arm("A4, no rotation", QuantSpec(rotation="none", weights="fp")),
@@ -66,6 +69,10 @@ def arms(s: Settings, aos: AOSConfig) -> list[Arm]:
         Arm("learned R + k-means", QuantSpec(weights="kmeans", **learned)),
         Arm("CodeQuant", QuantSpec(weights="kmeans", finetune=ACCFConfig(steps=s.accf_steps, batch_size=2), **learned),
             "finetune.lr", ACCF_LRS),
+        # equal storage, not equal code bits: 16 fp32 centroids per 576-input row cost 0.89 bits a weight, as an fp32
+        # scale and zero per hidden / 8 = 72 inputs do
+        Arm(EQUAL_STORAGE, QuantSpec(weights="rtn", group=hidden // 8, **learned)),
+        Arm(MXFP4, QuantSpec(rotation="none", weights="fp"), peer=mxfp4_peer),
     ]
 
 
@@ -97,30 +104,37 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     }
     for name, (what, *_r) in pairs.items():
         report.declare(PairedClaim(name, what, ">", 0.0, kind=ClaimKind.PAPER, testbed=testbed))
+    report.declare(PairedClaim("codequant_vs_rtn_at_equal_storage", f"NLL({EQUAL_STORAGE}) - NLL(CodeQuant): "
+                               "descriptive", ">", 0.0, testbed=testbed))
+    report.declare(PairedClaim("codequant_vs_mxfp4", f"NLL({MXFP4}) - NLL(CodeQuant): the format a user would pick "
+                               "instead, descriptive", ">", 0.0, testbed=testbed))
     report.declare(PairedClaim("kmeans_beats_rtn_rotated", "NLL(random R + RTN) - NLL(random R + k-means): descriptive "
                                "(the GGUF-grid weights; see the note)", ">", 0.0, testbed=testbed))
 
     # --- tuning on validation (seed 0's calibration draw): the AOS lr by its held-out objective, then each arm's knob
     aos_spec = QuantSpec(aos_tokens=s.aos_tokens, aos=AOSConfig(steps=s.aos_steps, batch_tokens=s.aos_batch))
-    tuned = tune_all(report, model, calibration_of(0), validation, aos_spec, AOS_LRS, lambda aos: arms(s, aos), BASELINES)
+    tuned = tune_all(report, model, calibration_of(0), validation, aos_spec, AOS_LRS, lambda aos: arms(s, aos, model.config.hidden_size), BASELINES)
     all_arms, specs, best_baseline, base_val = tuned.arms, tuned.specs, tuned.best_baseline, tuned.baseline_validation
     del tuned  # its rotated copies of the model: memory for the seeds' own
 
     scores = run_arms(all_arms, specs, list(range(seed, seed + s.seeds)), calibration_of, model, evaluation, probe, None)
-    for name, (_, base, method) in {**pairs, "kmeans_beats_rtn_rotated": (None, "QuaRot-like (random R + RTN)",
-                                                                          "random R + k-means")}.items():
+    extra = {"kmeans_beats_rtn_rotated": (None, "QuaRot-like (random R + RTN)", "random R + k-means"),
+             "codequant_vs_rtn_at_equal_storage": (None, EQUAL_STORAGE, "CodeQuant"),
+             "codequant_vs_mxfp4": (None, MXFP4, "CodeQuant")}
+    for name, (_, base, method) in {**pairs, **extra}.items():
         report.measure_paired(name, [x.nll for x in scores[base or best_baseline]], [x.nll for x in scores[method]])
 
     fp_nll = mean_nll(model, evaluation)
     t = report.table("Arms on the eval windows (mean over seeds)",
-                     ["arm", "nll", "nll_std", "perplexity", "output_error", "tuned"])
-    t.add(arm="FP32", nll=fp_nll, nll_std=0.0, perplexity=math.exp(fp_nll), output_error=0.0, tuned="")
+                     ["arm", "weight_bits", "nll", "nll_std", "perplexity", "output_error", "tuned"])
+    t.add(arm="FP32", weight_bits=32, nll=fp_nll, nll_std=0.0, perplexity=math.exp(fp_nll), output_error=0.0, tuned="")
     for a in all_arms:
         v = [x.nll for x in scores[a.name]]
         knob = f"{a.tuned}={knob_value(specs[a.name], a.tuned)}" if a.tuned else ""
         if a.spec.rotation == "learned":
             knob = f"aos.lr={specs[a.name].aos.lr:g} {knob}".strip()
-        t.add(arm=a.name, nll=st.fmean(v), nll_std=st.stdev(v) if len(v) > 1 else 0.0, perplexity=math.exp(st.fmean(v)),
+        bits = MXFP4_BITS if a.peer is not None else weight_bits(specs[a.name], model.config.hidden_size)
+        t.add(arm=a.name, weight_bits=bits, nll=st.fmean(v), nll_std=st.stdev(v) if len(v) > 1 else 0.0, perplexity=math.exp(st.fmean(v)),
               output_error=mean_of(scores[a.name], "output_error"), tuned=knob)
     report.note(f"Best A4W4 baseline on validation: {best_baseline} ({base_val[best_baseline]:.4f} nats/token). "
                 "SmolLM2's embedded weights are dequantized from GGUF Q4_1 (a 4-bit grid per block of 32): the "
