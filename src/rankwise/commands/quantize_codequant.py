@@ -17,20 +17,25 @@ MICROSCALING_FLAGS = {"scale": "--scale", "block": "--block", "global_scale": "-
 CODEQUANT_FLAGS = {"calibration_windows": "--calibration-windows", "seq_len": "--seq-len", "rotation": "--rotation",
                    "aos_steps": "--aos-steps", "aos_lr": "--aos-lr", "accf_steps": "--accf-steps", "accf_lr": "--accf-lr",
                    "no_finetune": "--no-finetune", "group": "--group", "act_bits": "--act-bits", "seed": "--seed"}
-# Defaults: the values the smollm2 experiment's validation tuning chose (docs/methods/codequant.md).
-DEFAULTS = {"calibration_windows": 32, "seq_len": 256, "rotation": "learned", "aos_steps": 200, "aos_lr": 1e-3,
-            "accf_steps": 16, "accf_lr": 1.0, "act_bits": 4, "seed": 0}
+# Defaults: the smollm2 experiment's settings and the values its validation tuning chose (docs/methods/codequant.md):
+# 16 windows of 256 tokens, AOS 100 steps at lr 3e-3, 8 fine-tuning batches of 2 windows at lr 0.1.
+DEFAULTS = {"calibration_windows": 16, "seq_len": 256, "rotation": "learned", "aos_steps": 100, "aos_lr": 3e-3,
+            "accf_steps": 8, "accf_lr": 0.1, "act_bits": 4, "seed": 0}
+ACCF_BATCH = 2  # windows per fine-tuning batch (the smollm2 experiment's)
+AOS_BATCH, AOS_TOKENS = 64, 1024  # tokens per norm output per AOS step, and captured per norm output
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("CodeQuant (--format codequant)")
-    g.add_argument("--calibration-windows", type=positive_int, help="calibration windows of the calibration split (default 32)")
+    g.add_argument("--calibration-windows", type=positive_int, help="calibration windows of the calibration split (default 16)")
     g.add_argument("--seq-len", type=positive_int, help="tokens per calibration window (default 256)")
-    g.add_argument("--rotation", choices=("learned", "random"), help="learned (AOS, the paper) or random orthogonal")
-    g.add_argument("--aos-steps", type=positive_int, help="Adam steps of the rotation (default 200)")
-    g.add_argument("--aos-lr", type=positive_float, help="the rotation's learning rate (default 1e-3)")
-    g.add_argument("--accf-steps", type=positive_int, help="centroid fine-tuning batches (default 16)")
-    g.add_argument("--accf-lr", type=positive_float, help="centroid fine-tuning SGD step on the mean gradient (default 1)")
+    g.add_argument("--rotation", choices=("learned", "random"), help="learned (AOS, the paper; the default) or random "
+                   "orthogonal")
+    g.add_argument("--aos-steps", type=positive_int, help="Adam steps of the rotation (default 100)")
+    g.add_argument("--aos-lr", type=positive_float, help="the rotation's learning rate (default 3e-3)")
+    g.add_argument("--accf-steps", type=positive_int, help="centroid fine-tuning batches of 2 windows (default 8)")
+    g.add_argument("--accf-lr", type=positive_float, help="centroid fine-tuning SGD step on the mean gradient (default "
+                   "0.1; the relative-MSE loss, see the method page)")
     g.add_argument("--no-finetune", action="store_true", default=None, help="k-means centroids only")
     g.add_argument("--group", type=positive_int, help="centroids per group of this many inputs (default: whole rows)")
     g.add_argument("--act-bits", type=positive_int, help="per-token input bits of the quantized linears (default 4)")
@@ -54,8 +59,10 @@ def run_codequant(args: argparse.Namespace, accepts: frozenset[str]) -> int:
     from rankwise.compress.codequant import ACCFConfig, AOSConfig, QuantSpec, quantize_, save_codequant
 
     spec = QuantSpec(rotation=opts["rotation"], weights="kmeans", group=opts["group"], act_bits=opts["act_bits"],
-                     aos=AOSConfig(steps=opts["aos_steps"], lr=opts["aos_lr"]), seed=opts["seed"],
-                     finetune=None if opts["no_finetune"] else ACCFConfig(steps=opts["accf_steps"], lr=opts["accf_lr"]))
+                     aos=AOSConfig(steps=opts["aos_steps"], lr=opts["aos_lr"], batch_tokens=AOS_BATCH),
+                     aos_tokens=AOS_TOKENS, seed=opts["seed"],
+                     finetune=None if opts["no_finetune"] else ACCFConfig(steps=opts["accf_steps"], lr=opts["accf_lr"],
+                                                                          batch_size=ACCF_BATCH))
     from rankwise.core.progress import say
     from rankwise.data import token_windows
     from rankwise.eval import perplexity

@@ -45,8 +45,8 @@ class Settings:
 
 SIZES = BySize(smoke=Settings(32, 4, 2, 2, 1, 2, 3, 64, 16, 2),
                full=Settings(256, 16, 8, 8, 2, 3, 100, 1024, 64, 8))
-AOS_LRS = (1e-3, 1e-2, 1e-1)
-ACCF_LRS = (0.3, 1.0, 3.0, 10.0)
+AOS_LRS = (1e-4, 3e-4, 1e-3, 3e-3)
+ACCF_LRS = (0.01, 0.03, 0.1, 0.3)
 ALPHAS = (0.35, 0.5, 0.65, 0.8)
 DAMPS = (1e-3, 1e-2, 1e-1)
 EQUAL_STORAGE = "SpinQuant-like, RTN at CodeQuant's storage"
