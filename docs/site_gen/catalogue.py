@@ -3,24 +3,7 @@ reports' verdict counts of every method, with filters by family and status (asse
 
 from __future__ import annotations
 
-from rankwise.registry import FAMILIES, METHODS, STATUSES
-from rankwise.registry.records import MAIN
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def verdicts(method) -> str:
-    """Each experiment's paper-claim summary (the README table's words), linked to its report page."""
-    cells = []
-    for e in method.experiments:
-        summary = method.claims_summary(e.name)
-        if summary:
-            label = "" if e.name == MAIN else f"{e.name}: "
-            path = e.results_dir(method.slug).as_posix().removeprefix("docs/")
-            cells.append(f"[{_cell(label + summary)}]({path}/report.md)")
-    return "; ".join(cells) or "no full report"
+from rankwise.registry import FAMILIES, METHODS, STATUSES, markdown_table
 
 
 def _select(name: str, values: list[str]) -> str:
@@ -40,9 +23,7 @@ def page() -> str:
         '<div id="catalogue-filters" class="catalogue-filters">',
         _select("family", families), " ", _select("status", list(STATUSES)),
         ' <span id="catalogue-count"></span></div>', "",
-        "| method | paper | family | status | full-run verdicts |",
-        "|---|---|---|---|---|",
+        # the README's table, from the same generator, with the site's links (method pages, results/ at the root)
+        markdown_table(results_prefix="", method_pages="methods/"),
     ]
-    for m in METHODS:
-        lines.append(f"| [`{m.slug}`](methods/{m.slug}.md) | {_cell(m.title)} | {m.family} | {m.status} | {verdicts(m)} |")
     return "\n".join(lines) + "\n"

@@ -55,7 +55,7 @@ def generate(out: Path = DEFAULT_OUT) -> Path:
     (out / "catalogue.md").write_text(catalogue.page())
     (out / "cli.md").write_text(cli_reference.page())
     api_reference.write_pages(out / "api")
-    method_pages.write_pages(out / "methods", ROOT / "docs")
+    method_pages.write_pages(out / "methods", ROOT / "docs", out_root=out)
     return out
 
 

@@ -4,10 +4,13 @@ intervals, discrimination, the history, the tables and the plots) embedded under
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
 
+from rankwise.core.claims_plot import claims_figure
+from rankwise.core.report import CLAIMS_PLOT
 from rankwise.registry import METHODS
 from rankwise.registry.records import MAIN
 
@@ -49,7 +52,29 @@ def _with_facts(page: str, method) -> str:
     return f"{head}\n\n{_facts(method)}\n{sep}{rest}"
 
 
-def reproduction(method, docs: Path) -> str:
+def _drawn_claims_plot(report_json: Path, out_folder: Path, prefix: str) -> list[str]:
+    """For a report committed before reports drew their claims figure: the figure drawn now from its report.json
+    into the site's copy of its folder (docs/ itself is not written), as lines to embed."""
+    if not report_json.is_file():
+        return []
+    report = json.loads(report_json.read_text())
+    figure = claims_figure(report.get("claims") or [], title=f"{report.get('slug')} ({report.get('size')}): claims")
+    if figure is None:
+        return []
+    import matplotlib.pyplot as plt
+
+    out_folder.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out_folder / f"{CLAIMS_PLOT}.png", dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    return ["", "#### Claims against their thresholds", "",
+            "Drawn by the site from this report's report.json (the report predates the claims figure): each "
+            "claim's seeds, interval and estimate against its threshold, coloured by verdict.", "",
+            f"![{CLAIMS_PLOT}]({prefix}{CLAIMS_PLOT}.png)", ""]
+
+
+def reproduction(method, docs: Path, out_root: Path | None = None) -> str:
+    """The "Reproduction reports" section; with `out_root` (the site's sources folder), reports without a claims
+    figure get one drawn there."""
     lines = ["", "## Reproduction reports", ""]
     if not method.experiments:
         return "\n".join(lines + ["This method has no registered experiment yet."]) + "\n"
@@ -66,6 +91,8 @@ def reproduction(method, docs: Path) -> str:
             continue
         lines += [f"The committed report ([on its own page](../{folder}/report.md)):", "",
                   embed_report(report.read_text(), f"../{folder}/", demote=3)]
+        if out_root is not None and not (docs / folder / f"{CLAIMS_PLOT}.png").is_file():
+            lines += _drawn_claims_plot(docs / folder / "report.json", out_root / folder, f"../{folder}/")
     lines += _benchmark_and_other_plots(method, docs)
     return "\n".join(lines) + "\n"
 
@@ -92,8 +119,9 @@ def _benchmark_and_other_plots(method, docs: Path) -> list[str]:
     return lines
 
 
-def write_pages(out: Path, docs: Path) -> list[Path]:
-    """methods/<slug>.md for every record (and the other hand-written method pages, copied as they are)."""
+def write_pages(out: Path, docs: Path, out_root: Path | None = None) -> list[Path]:
+    """methods/<slug>.md for every record (and the other hand-written method pages, copied as they are); with
+    `out_root` (the site's sources, where docs/results was copied) the missing claims figures are drawn there."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for page in (docs / "methods").glob("*.md"):  # e.g. care-mla-deploy.md, a page beside care-mla's
@@ -106,6 +134,6 @@ def write_pages(out: Path, docs: Path) -> list[Path]:
             text = (f"# {m.slug}\n\n{_facts(m)}\n\n*{m.title}*. This method has no page yet: it is {m.status} "
                     "(see the [catalogue](../catalogue.md) for what that means).\n")
         path = out / f"{m.slug}.md"
-        path.write_text(text.rstrip() + "\n" + reproduction(m, docs))
+        path.write_text(text.rstrip() + "\n" + reproduction(m, docs, out_root))
         written.append(path)
     return written

@@ -97,6 +97,10 @@ def _verdict_cell(c: AnyClaim) -> str:
     return verdict if reason is None else f"{verdict}: {_cell(reason)}"
 
 
+# the file stem of the claims figure every written report carries (core.claims_plot)
+CLAIMS_PLOT = "claims"
+
+
 @dataclass
 class Report:
     """What a reproduction returns. `plots` maps a file stem to a matplotlib Figure (or PNG bytes).
@@ -389,11 +393,23 @@ class Report:
         self.history, self.retired = carried.history, carried.retired
         if carried.unreadable and UNREADABLE_NOTE not in self.notes:
             self.notes.append(UNREADABLE_NOTE)
+        self._add_claims_plot()
         for name, plot in self.plots.items():
-            write_bytes_atomic(folder / f"{name}.png", _png_bytes(plot))
+            write_bytes_atomic(folder / f"{name}.png", png_bytes(plot))
         write_json_atomic(folder / "report.json", self.to_dict())
         write_text_atomic(folder / "report.md", self.to_markdown())
         return folder
+
+    def _add_claims_plot(self) -> None:
+        """The claims figure (`core.claims_plot`) as the plot CLAIMS_PLOT, unless the experiment drew its own."""
+        if CLAIMS_PLOT in self.plots:
+            return
+        from rankwise.core.claims_plot import claims_figure
+
+        figure = claims_figure([c.to_dict() for c in self.claims], title=f"{self.slug} ({self.size}): claims")
+        if figure is not None:
+            self.plots[CLAIMS_PLOT] = figure
+
 
 def _discrimination_cell(c: dict[str, Any]) -> str:
     d = c.get("discrimination")
@@ -419,7 +435,8 @@ def _state(s: dict[str, Any] | None) -> str:
     return f"{s.get('kind')} {s.get('type')}: {s.get('op')} {_fmt(s.get('threshold'))} -> {s.get('verdict')}"
 
 
-def _png_bytes(plot: Any) -> bytes:
+def png_bytes(plot: Any) -> bytes:
+    """A matplotlib Figure (closed after) or PNG bytes, as PNG bytes."""
     if isinstance(plot, (bytes, bytearray)):
         return bytes(plot)
     import io

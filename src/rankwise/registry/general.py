@@ -12,6 +12,7 @@ GENERAL_COMMANDS: tuple[Command, ...] = (
     Command("eval", "rankwise.commands.eval"),
     Command("cache", "rankwise.commands.cache"),
     Command("info", "rankwise.commands.info"),
+    Command("audit", "rankwise.commands.audit"),
     Command("run", "rankwise.commands.run"),
 )
 COMMAND_GROUPS = {"convert": "convert a model (e.g. GQA attention to multi-head latent attention)",
