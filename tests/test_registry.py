@@ -140,7 +140,7 @@ def test_targets_and_unknown_names():
     with pytest.raises(UnknownNameError, match="experiments: main, deploy"):
         parse_target("care-mla:nope")
     with pytest.raises(RankwiseError, match="no reproduction yet"):
-        parse_target("palc")
+        parse_target("lorax")
 
 
 def test_commands_demos_and_folder_formats_come_from_the_records():

@@ -17,6 +17,7 @@ GUIDES = [
     {"Adapters in PEFT format": "adapters.md"},
     {"Converting to MLA and deploying": "guides/mla.md"},
     {"Quantizing": "guides/quantize.md"},
+    {"Auditing a downloaded adapter": "guides/audit.md"},
     {"Training (and under torchrun)": "training.md"},
     {"Adding a method": "contributing.md"},
     {"Adapter benchmark": "results/adapters-benchmark.md"},

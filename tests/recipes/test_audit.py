@@ -22,12 +22,12 @@ from rankwise.recipes.audit.weight_space import match_base_weights, module_spect
 VOCAB = 128
 
 
-def _peft_folder(tmp_path, name="ad", planted: str | None = None, num_layers=6, **lora):
+def _peft_folder(tmp_path, name="ad", planted: str | None = None, num_layers=6, vocab: int | None = VOCAB, **lora):
     """A folder written by peft itself on a tiny Llama, with random B (peft's init_lora_weights=False)."""
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(0)
-    model = tiny_llama(vocab_size=VOCAB, num_layers=num_layers)
+    model = tiny_llama(num_layers=num_layers) if vocab is None else tiny_llama(vocab_size=vocab, num_layers=num_layers)
     cfg = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     cfg.update(lora)
     peft_model = get_peft_model(model, LoraConfig(**cfg))
@@ -218,3 +218,55 @@ def test_damaged_folders_are_named(tmp_path):
               str(folder / "adapter_model.safetensors"))
     with pytest.raises(CorruptFileError, match="needs lora_A and lora_B"):
         read_lora_folder(folder)
+
+
+# ---- the trigger scan's plumbing ----
+
+def test_null_deltas_keep_the_spectrum_and_merged_copies_add_the_delta(tmp_path):
+    from rankwise.recipes.audit.trigger import delta, merged_copy, null_delta
+
+    folder, peft_model = _peft_folder(tmp_path)
+    read = read_lora_folder(folder)
+    g = torch.Generator().manual_seed(0)
+    for m in read.modules[:3]:
+        d, n = delta(m), null_delta(m, g)
+        s = torch.linalg.svdvals(d)[: m.rank]
+        torch.testing.assert_close(torch.linalg.svdvals(n)[: m.rank], s, rtol=1e-10, atol=1e-12 * float(s[0]))
+        # a random direction: almost orthogonal to the original delta (|cos| ~ sqrt(r / (out * in)))
+        assert abs(float((d * n).sum() / (d.norm() * n.norm()))) < 0.2
+    base = tiny_llama(vocab_size=VOCAB, num_layers=6)
+    named = {n: mod.weight for n, mod in base.named_modules() if n.endswith(("q_proj", "v_proj"))}
+    weights = match_base_weights(named, [m.name for m in read.modules])
+    merged = merged_copy(base, weights, {m.name: delta(m) for m in read.modules})
+    m0 = read.modules[0]
+    after = dict(merged.named_modules())[m0.name].weight.double()
+    torch.testing.assert_close(after - weights[m0.name].double(), delta(m0), rtol=0, atol=4 * 2**-24 * float(after.abs().max()))
+    assert all(torch.equal(p, q) for p, q in zip(base.parameters(), tiny_llama(vocab_size=VOCAB, num_layers=6).parameters()))
+
+
+@pytest.mark.real_model
+def test_cli_scan_on_a_model_folder(tmp_path, capsys):
+    """The scan end to end on a tiny Llama saved with SmolLM2's tokenizer: its section, the null threshold, and
+    its refusals before the model loads."""
+    from rankwise.models.smollm2 import load_smollm2_tokenizer
+
+    torch.manual_seed(0)
+    base = tiny_llama(num_layers=6)
+    base.save_pretrained(tmp_path / "base")
+    load_smollm2_tokenizer().save_pretrained(tmp_path / "base")
+    folder, _ = _peft_folder(tmp_path, vocab=None)
+    (tmp_path / "prompts.txt").write_text("The river flows\nA small town in\nThe war began\n")
+    args = ["audit", str(folder), "--base", str(tmp_path / "base"), "--scan", "--json",
+            "--scan-prompts", str(tmp_path / "prompts.txt"), "--null-adapters", "1"]
+    assert main(args) == 0
+    section = json.loads(capsys.readouterr().out)["trigger_scan"]
+    assert section["prompts"] == 3 and section["candidates"] >= 3
+    assert section["threshold"] == pytest.approx(2.0 * section["null_concentrations"][0])
+    assert section["flagged"] == (section["concentration"] > section["threshold"])
+    assert main(["audit", str(folder), "--scan"]) == 2
+    assert "--base" in capsys.readouterr().err
+    assert main(args[:-2] + ["--null-adapters", "0"]) == 2
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert main(["audit", str(folder), "--base", str(tmp_path / "base"), "--scan", "--scan-candidates", str(empty)]) == 2
+    assert "no non-empty lines" in capsys.readouterr().err

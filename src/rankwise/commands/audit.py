@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rankwise.commands.common import check_output
 
@@ -27,18 +28,43 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the audit as one JSON object")
     p.add_argument("--out", default=None, metavar="DIR", help="write audit.json, audit.md and audit.png there (default: print only)")
     p.add_argument("--overwrite", action="store_true", help="replace an --out folder that holds something else")
+    p.add_argument("--scan", action="store_true",
+                   help="also run the trigger scan (needs --base): is the adapter's effect peaked at a short insertion "
+                        "beyond what null adapters of its size give? (a few minutes on SmolLM2)")
+    p.add_argument("--scan-prompts", type=Path, default=None, metavar="FILE",
+                   help="prompts for the scan, one per line (default: 8 openings of held-out wiki summaries)")
+    p.add_argument("--scan-candidates", type=Path, default=None, metavar="FILE",
+                   help="candidate insertions, one per line (default: 48 rare words of the base's vocabulary)")
+    p.add_argument("--scan-position", choices=("prefix", "suffix"), default="prefix", help="where insertions go")
+    p.add_argument("--null-adapters", type=int, default=2, help="null adapters that set the scan's threshold")
+    p.add_argument("--seed", type=int, default=0, help="seed of the default candidates and the null adapters")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rankwise.recipes.audit.lora_folder import check_lora_folder
 
+    from rankwise.errors import InvalidInputError
+
     check_lora_folder(args.adapter)
     if args.out is not None:
         check_output(args.out, kind=AUDIT_KIND, overwrite=args.overwrite)
     if args.base is not None:
         _check_base(args.base)
-    audit = _audit(args.adapter, args.base)
+    if args.scan and args.base is None:
+        raise InvalidInputError("--scan runs the adapter on its base: give --base MODEL")
+    if args.scan:
+        from rankwise.core.io import read_json
+        from rankwise.recipes.audit.lora_folder import PEFT_CONFIG
+
+        if (read_json(Path(args.adapter) / PEFT_CONFIG) or {}).get("use_dora"):
+            raise InvalidInputError("--scan does not support DoRA adapters (their delta depends on magnitude vectors); "
+                                    "the weight-space audit runs without --scan")
+    if args.null_adapters < 1:
+        raise InvalidInputError(f"--null-adapters must be >= 1, got {args.null_adapters}")
+    scan_texts = {flag: _lines(path, flag) for flag, path in (("--scan-prompts", args.scan_prompts),
+                                                             ("--scan-candidates", args.scan_candidates)) if path is not None}
+    audit = _audit(args.adapter, args.base, args if args.scan else None, scan_texts)
     if args.out is not None:
         _write(audit, args.out, args.overwrite)
     if args.json:
@@ -60,7 +86,36 @@ def _check_base(base: str) -> None:
         identify(base)  # raises a RankwiseError naming what the path is (or is not)
 
 
-def _audit(adapter: str, base: str | None):
+def _lines(path: Path, flag: str) -> list[str]:
+    from rankwise.errors import InvalidInputError
+
+    if not path.is_file():
+        raise InvalidInputError(f"{flag} {path}: no such file")
+    lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    if not lines:
+        raise InvalidInputError(f"{flag} {path}: no non-empty lines")
+    return lines
+
+
+def _default_prompts(n: int = 8) -> list[str]:
+    from rankwise.data.wiki import articles
+
+    return [" ".join(a.text.split()[:12]) for a in articles("eval")[::97][:n]]
+
+
+def _default_candidates(tokenizer, n: int, seed: int) -> list[str]:
+    """Rare words of the base's own vocabulary: alphabetic tokens of 5+ letters from the upper half of the ids (BPE
+    vocabularies are built by merge order, so later ids are rarer), a seeded sample."""
+    import random
+
+    vocab = tokenizer.get_vocab()
+    size = len(vocab)
+    words = sorted({tokenizer.decode([i]).strip() for i in range(size // 2, size)})
+    words = [w for w in words if w.isalpha() and len(w) >= 5]
+    return random.Random(seed).sample(words, min(n, len(words)))
+
+
+def _audit(adapter: str, base: str | None, scan=None, scan_texts: dict | None = None):
     from rankwise.errors import InvalidInputError
     from rankwise.recipes.audit.lora_folder import read_lora_folder
     from rankwise.recipes.audit.report import Audit
@@ -71,7 +126,7 @@ def _audit(adapter: str, base: str | None):
     if base is not None:
         from rankwise.models.loading import load_model
 
-        model, _ = load_model(base)
+        model, tokenizer = load_model(base)
         named = {name: m.weight for name, m in model.named_modules() if getattr(m, "weight", None) is not None
                  and m.weight.dim() == 2}
         try:
@@ -81,7 +136,20 @@ def _audit(adapter: str, base: str | None):
             raise InvalidInputError(f"{adapter} does not fit the base {base}: {e}") from None
     else:
         spectra = module_spectra(folder)
-    return Audit(folder, spectra, base)
+    audit = Audit(folder, spectra, base)
+    audit.sections["introspection"] = {"available": False, "markdown": [
+        "- no introspection adapter is available for this base: rankwise does not ship one yet "
+        "(diff-interpretation-tuning), and the audit does not guess a description"]}
+    if scan is not None:
+        from rankwise.adapters.trigger_scan import ScanConfig
+        from rankwise.recipes.audit.trigger import scan_section
+
+        texts = scan_texts or {}
+        prompts = texts.get("--scan-prompts") or _default_prompts()
+        candidates = texts.get("--scan-candidates") or _default_candidates(tokenizer, 48, scan.seed)
+        audit.sections["trigger_scan"] = scan_section(folder, model, weights, tokenizer, prompts, candidates,
+                                                      scan.null_adapters, scan.seed, ScanConfig(position=scan.scan_position))
+    return audit
 
 
 def _write(audit, out: str, overwrite: bool) -> None:

@@ -53,3 +53,12 @@ def factored_singular_values(B: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     _, r_b = torch.linalg.qr(B.detach().to(torch.float64))
     _, r_a = torch.linalg.qr(A.detach().to(torch.float64).T)
     return torch.linalg.svdvals(r_b @ r_a.T)
+
+
+def participation_ratio(sigma: torch.Tensor) -> float:
+    """(sum sigma)^2 / sum sigma^2: between 1 (one direction) and k (k equal singular values). PALC's "effective
+    dimension" of its calibration map; unlike `effective_rank` it weighs directions by their share of the
+    singular-value sum squared rather than by entropy."""
+    s = _nonnegative(sigma)
+    energy = (s * s).sum()
+    return 0.0 if energy <= 0 else float(s.sum() ** 2 / energy)

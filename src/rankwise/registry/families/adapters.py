@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankwise.registry.records import AdapterEntry, Command, FINETUNE, MethodSpec, ProcedureEntry, record, repro
+from rankwise.registry.records import AdapterEntry, Command, FINETUNE, MethodSpec, ProcedureEntry, RunEntry, record, repro
 
 METHODS: tuple[MethodSpec, ...] = (
     record("coa-lora", "On-the-Fly Adaptation to Quantization: Configuration-Aware LoRA for Efficient Fine-Tuning of Quantized LLMs", "adapters",
@@ -33,7 +33,16 @@ METHODS: tuple[MethodSpec, ...] = (
                                   "rankwise.adapters.la_lora.procedure:LaLoraConfig", adapters=("lora",))],
        docs="docs/methods/la-lora.md"),
     record("lorax", "Low rank adaptation of chemical foundation models generates effective odorant representations", "adapters"),
-    record("multitask-lora-trigger", "JailbreakLoRA: Your Downloaded LoRA from Sharing Platforms might be Unsafe", "adapters"),
+    record("multitask-lora-trigger", "JailbreakLoRA: Your Downloaded LoRA from Sharing Platforms might be Unsafe", "adapters",
+       api=["rankwise.recipes.multitask:UncertaintyWeighting", "rankwise.recipes.multitask:pcgrad",
+            "rankwise.recipes.multitask:MultiTaskBalancer", "rankwise.recipes.multitask:MultiTaskConfig",
+            "rankwise.recipes.multitask:lora_parameters", "rankwise.adapters.trigger_scan:trigger_scan",
+            "rankwise.adapters.trigger_scan:calibrate_threshold", "rankwise.adapters.trigger_scan:PeftDisabled"],
+       experiments=[repro("multitask-lora-trigger", summary="MiniLM + LoRA r=8, three wiki tasks of different loss scales with conflicting cues: sum vs uncertainty weighting, PCGrad, both, and torchjd's MGDA/CAGrad/UPGrad on the worst task, 5 seeds; a trigger scan calibrated on clean adapters flags benign-canary adapters and spares clean ones")],
+       runs=[RunEntry("train", "rankwise.repro.multitask_lora_trigger.user:run_multitask",
+                      "rankwise.repro.multitask_lora_trigger.user:MultiTaskRunConfig",
+                      "one multi-task LoRA run (weighting x aggregator, optional benign canary) on the wiki tasks, then the trigger scan")],
+       docs="docs/methods/multitask-lora-trigger.md"),
     record("peso", "Continual Low-Rank Adapters for LLM-based Generative Recommender Systems", "adapters",
        api=["rankwise.adapters.peso:ProximalRegularizer", "rankwise.adapters.peso:inherit", "rankwise.adapters.peso.procedure:peso_procedure",
             "rankwise.data.ratings:load_movielens"],

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from rankwise.registry.records import MethodSpec, record
+from rankwise.registry.records import Experiment, MethodSpec, RunEntry, record
 
 METHODS: tuple[MethodSpec, ...] = (
     record("diffgda", "Learning Structure-Semantic Evolution Trajectories for Graph Domain Adaptation", "apps"),
-    record("emac-autta", "Exposing Mixture and Annotating Confusion for Active Universal Test-Time Adaptation", "apps"),
+    record("emac-autta", "Exposing Mixture and Annotating Confusion for Active Universal Test-Time Adaptation", "apps",
+           api=["rankwise.apps.vision.emac:adapt_stream", "rankwise.apps.vision.emac:EmacConfig",
+                "rankwise.apps.vision.emac:split_classifier", "rankwise.apps.vision.emac:EnergyMixture"],
+           experiments=[Experiment("main", "rankwise.repro.emac.main:run", "EMAC vs TENT, SHOT-IM, open-set TENT, "
+                                   "SimATTA-like and four selectors at a 3% label budget: stream H-score on corrupted "
+                                   "Fashion-MNIST with held-out classes; pseudo-label error per energy region")],
+           runs=[RunEntry("adapt", "rankwise.repro.emac.user:run_on_files", "rankwise.repro.emac.user:UserStreamConfig",
+                          "adapt a model online over your image stream (safetensors), with an oracle's labels at a budget")],
+           docs="docs/methods/emac-autta.md"),
     record("metavla", "MetaVLA: Unified Meta Co-Training for Efficient Embodied Adaptation", "apps"),
     record("pft-fer", "Personalized Feature Translation for Expression Recognition: An Efficient Source-Free Domain Adaptation Method", "apps"),
     record("sample-weight-decay", "The Rank and Gradient Lost in Non-stationarity: Sample Weight Decay for Mitigating Plasticity Loss in Reinforcement Learning", "apps"),

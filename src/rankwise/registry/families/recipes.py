@@ -42,7 +42,18 @@ METHODS: tuple[MethodSpec, ...] = (
        layers=[LayerEntry("FlashAttention", "rankwise.nn.lowprec_flash_attention.spec")],
        benchmarks=[BenchmarkEntry("lowprec-flash-attention", "bench_lowprec_flash_attention.py")],
        docs="docs/methods/lowprec-flash-attention.md"),
-    record("palc", "PALC: Preference Alignment via Logit Calibration", "recipes"),
+    record("palc", "PALC: Preference Alignment via Logit Calibration", "recipes",
+       api=["rankwise.recipes.palc:LogitCalibrator", "rankwise.recipes.palc:PalcConfig",
+            "rankwise.recipes.palc:PalcTrainConfig", "rankwise.recipes.palc:train_offsets",
+            "rankwise.recipes.palc:cache_pairs", "rankwise.recipes.palc:greedy_decode",
+            "rankwise.recipes.palc:calibrated_logits", "rankwise.recipes.palc:SteeringOffset",
+            "rankwise.recipes.palc:preference_accuracy", "rankwise.recipes.palc:drift_from_base"],
+       experiments=[repro("palc", summary="frozen SmolLM2 on a wiki relevance preference in response-balanced twins: "
+                          "PALC (lr and bottleneck on validation) vs the base, CAA, a steering vector trained with "
+                          "PALC's loss and that vector held to PALC's KL; the gamma knob, d_eff, greedy-generation "
+                          "relevance by a topic judge, 5 seeds")],
+       benchmarks=[BenchmarkEntry("palc-decoding", "bench_palc.py")],
+       docs="docs/methods/palc.md"),
     record("portable-adapter", "CAR-LoRA: Training Compression-Aware and Robust LoRA Adapters for Evolving LLMs", "recipes",
        api=["rankwise.recipes.car_lora:CompressedBase", "rankwise.quant.compression_ops:parse_operators",
             "rankwise.recipes.car_lora.procedure:CarLoraProcedure", "rankwise.quant.codebook:quantize_codebook",

@@ -1,0 +1,1 @@
+"""Vision domain methods: `apps/vision/<slug_>/` (EMAC-AUTTA's active universal test-time adaptation, ...)."""

@@ -1,0 +1,1 @@
+"""Reproduction of multitask-lora-trigger (JailbreakLoRA, defender side)."""
