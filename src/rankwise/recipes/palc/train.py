@@ -85,7 +85,7 @@ def train_offsets(module: nn.Module, pairs: CachedPairs, config: PalcTrainConfig
                 torch.nn.utils.clip_grad_norm_(params, config.clip)
                 optimizer.step()
                 scheduler.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
     module.eval()
     return losses
 

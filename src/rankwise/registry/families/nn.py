@@ -6,7 +6,14 @@ from rankwise.registry.records import BenchmarkEntry, Command, LayerEntry, Metho
 
 METHODS: tuple[MethodSpec, ...] = (
     record("frequency-representation-learning", "Breaking Scale Anchoring: Frequency Representation Learning for Accurate High-Resolution Inference from Low-Resolution Training", "nn"),
-    record("ivq-concept-bottleneck", "Escaping Low-Rank Traps: Interpretable Visual Concept Learning via Implicit Vector Quantization", "nn"),
+    record("ivq-concept-bottleneck", "Escaping Low-Rank Traps: Interpretable Visual Concept Learning via Implicit Vector Quantization", "nn",
+       api=["rankwise.nn.ivq:ImplicitVQ", "rankwise.nn.ivq:ExplicitVQ", "rankwise.nn.ivq:MagnetAttention",
+            "rankwise.nn.ivq:patch_rank", "rankwise.nn.ivq:cumulative_rank", "rankwise.nn.ivq:spectral_loss",
+            "rankwise.apps.vision.cbm:ConceptBottleneckModel", "rankwise.apps.vision.cbm:ConceptGroups",
+            "rankwise.apps.vision.cbm:CBMConfig", "rankwise.apps.vision.cbm:fit_cbm", "rankwise.apps.vision.cbm:evaluate_cbm"],
+       experiments=[repro("ivq-concept-bottleneck", summary="procedural attribute images, proxy-pretrained TinyViT: effective rank of the patch features over fine-tuning and concept/class accuracy, IVQ + Magnet vs Magnet only, CLS + linear, explicit VQ, spectral and a label-free CBM, 5 seeds")],
+       layers=[LayerEntry("MagnetAttention", "rankwise.nn.ivq.spec")],
+       docs="docs/methods/ivq-concept-bottleneck.md"),
     record("lorsa", "Towards Understanding the Nature of Attention with Low-Rank Sparse Decomposition", "nn",
        api=["rankwise.nn.lorsa:Lorsa", "rankwise.nn.lorsa:LorsaConfig", "rankwise.nn.lorsa:Rope",
             "rankwise.nn.lorsa:lorsa_from_attention", "rankwise.nn.lorsa:CausalSelfAttention", "rankwise.nn.lorsa:TopKSAE",
