@@ -157,3 +157,25 @@ def test_bad_construction_is_refused():
                  lambda: patch_rank(torch.ones(3, 3))):
         with pytest.raises(RankwiseError):
             make()
+
+
+def test_explicit_vq_equals_the_vector_quantize_pytorch_peer():
+    """The explicit-VQ arm against vector-quantize-pytorch (the issue's peer) on one codebook: the same nearest codes,
+    the same quantised tokens forwarded (straight-through), and the commitment term equal to its MSE."""
+    vqp = pytest.importorskip("vector_quantize_pytorch")
+    from rankwise.nn.ivq import ExplicitVQ
+
+    torch.manual_seed(0)
+    M, D = 5, 8
+    ours = ExplicitVQ(M, D)
+    peer = vqp.VectorQuantize(dim=D, codebook_size=M, commitment_weight=1.0, learnable_codebook=True,
+                              ema_update=False, kmeans_init=False).eval()
+    with torch.no_grad():
+        peer._codebook.embed.copy_(ours.codebook.detach()[None])
+    z = torch.randn(3, 7, D, dtype=torch.float32)
+    out = ours(z)
+    quantized, indices, _ = peer(z)
+    assert torch.equal(out.codes, indices)
+    torch.testing.assert_close(out.tokens, quantized, rtol=0, atol=4 * 2**-24 * float(z.abs().max()))
+    mse = torch.mean((z - ours.codebook.detach()[out.codes]) ** 2)
+    torch.testing.assert_close(out.commitment_loss, mse, rtol=1e-6, atol=0)
