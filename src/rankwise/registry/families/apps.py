@@ -16,6 +16,13 @@ METHODS: tuple[MethodSpec, ...] = (
                           "adapt a model online over your image stream (safetensors), with an oracle's labels at a budget")],
            docs="docs/methods/emac-autta.md"),
     record("metavla", "MetaVLA: Unified Meta Co-Training for Efficient Embodied Adaptation", "apps"),
-    record("pft-fer", "Personalized Feature Translation for Expression Recognition: An Efficient Source-Free Domain Adaptation Method", "apps"),
+    record("pft-fer", "Personalized Feature Translation for Expression Recognition: An Efficient Source-Free Domain Adaptation Method", "apps",
+           api=["rankwise.apps.vision.pft:personalise", "rankwise.apps.vision.pft:pretrain_translator",
+                "rankwise.apps.vision.pft:PftConfig", "rankwise.apps.vision.pft:FeatureTranslator",
+                "rankwise.apps.vision.pft:expression_metrics"],
+           experiments=[Experiment("main", "rankwise.repro.pft_fer.main:run", "PFT vs source only, AdaBN, SHOT-IM, NRC, "
+                                   "neutral fine-tuning and PFT without stage 1, each adapting from neutral-only frames: "
+                                   "per-target macro-F1 and expressive recall on procedural pain-AU faces, 10 targets")],
+           docs="docs/methods/pft-fer.md"),
     record("sample-weight-decay", "The Rank and Gradient Lost in Non-stationarity: Sample Weight Decay for Mitigating Plasticity Loss in Reinforcement Learning", "apps"),
 )
