@@ -93,6 +93,8 @@ def test_a_config_or_keyword_options_not_both():
 def test_key_values_are_literals_or_strings():
     assert parse_key_values(["a=1e-4", "b=(1, 2)", "c=pissa", "d=None", "e=a=b"]) == {
         "a": 1e-4, "b": (1, 2), "c": "pissa", "d": None, "e": "a=b"}
+    # booleans as a shell user types them, beside Python's spelling
+    assert parse_key_values(["x=false", "y=TRUE", "z=True", "w=falsey"]) == {"x": False, "y": True, "z": True, "w": "falsey"}
     with pytest.raises(InvalidInputError, match="KEY=VALUE"):
         parse_key_values(["novalue"], "--procedure-option")
     for overflowing in ("lora_alpha=1e999", "budgets=(1, 2, -1e400)", "x=nan"):  # literal_eval reads 1e999 as inf

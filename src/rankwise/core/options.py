@@ -31,6 +31,9 @@ def option(choices: Sequence[Any] | None = None, metavar: str = "VALUE", help: s
     return {"choices": None if choices is None else tuple(choices), "metavar": metavar, "help": help}
 
 
+_SHELL_BOOLS = {"true": True, "false": False}
+
+
 def parse_key_values(items: Sequence[str], flag: str = "--option") -> dict[str, Any]:
     """["KEY=VALUE", ...] -> {KEY: value}, each value a Python literal if it reads as one, else the string."""
     options: dict[str, Any] = {}
@@ -38,6 +41,9 @@ def parse_key_values(items: Sequence[str], flag: str = "--option") -> dict[str, 
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InvalidInputError(f"{flag} takes KEY=VALUE, got {item!r}")
+        if value.lower() in _SHELL_BOOLS:  # true / false as people type them on a command line, not only True / False
+            options[key] = _SHELL_BOOLS[value.lower()]
+            continue
         try:
             options[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):

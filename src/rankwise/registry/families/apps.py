@@ -23,6 +23,8 @@ METHODS: tuple[MethodSpec, ...] = (
            experiments=[Experiment("main", "rankwise.repro.pft_fer.main:run", "PFT vs source only, AdaBN, SHOT-IM, NRC, "
                                    "neutral fine-tuning and PFT without stage 1, each adapting from neutral-only frames: "
                                    "per-target macro-F1 and expressive recall on procedural pain-AU faces, 10 targets")],
+           runs=[RunEntry("personalise", "rankwise.repro.pft_fer.user:run_on_files", "rankwise.repro.pft_fer.user:PersonaliseConfig",
+                          "adapt the face-expression model to one person from their neutral frames (safetensors), score on theirs")],
            docs="docs/methods/pft-fer.md"),
     record("sample-weight-decay", "The Rank and Gradient Lost in Non-stationarity: Sample Weight Decay for Mitigating Plasticity Loss in Reinforcement Learning", "apps"),
 )

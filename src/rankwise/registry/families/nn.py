@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankwise.registry.records import BenchmarkEntry, Command, LayerEntry, MethodSpec, record, repro
+from rankwise.registry.records import BenchmarkEntry, Command, LayerEntry, MethodSpec, RunEntry, record, repro
 
 METHODS: tuple[MethodSpec, ...] = (
     record("frequency-representation-learning", "Breaking Scale Anchoring: Frequency Representation Learning for Accurate High-Resolution Inference from Low-Resolution Training", "nn"),
@@ -13,6 +13,9 @@ METHODS: tuple[MethodSpec, ...] = (
             "rankwise.apps.vision.cbm:CBMConfig", "rankwise.apps.vision.cbm:fit_cbm", "rankwise.apps.vision.cbm:evaluate_cbm"],
        experiments=[repro("ivq-concept-bottleneck", summary="procedural attribute images, proxy-pretrained TinyViT: effective rank of the patch features over fine-tuning and concept/class accuracy, IVQ + Magnet vs Magnet only, CLS + linear, explicit VQ, spectral and a label-free CBM, 5 seeds")],
        layers=[LayerEntry("MagnetAttention", "rankwise.nn.ivq.spec")],
+       runs=[RunEntry("fit", "rankwise.repro.ivq_concept_bottleneck.user:run_on_files",
+                      "rankwise.repro.ivq_concept_bottleneck.user:FitConfig",
+                      "train an IVQ + Magnet concept bottleneck on your labelled 32x32 images and concept groups (JSON)")],
        docs="docs/methods/ivq-concept-bottleneck.md"),
     record("lorsa", "Towards Understanding the Nature of Attention with Low-Rank Sparse Decomposition", "nn",
        api=["rankwise.nn.lorsa:Lorsa", "rankwise.nn.lorsa:LorsaConfig", "rankwise.nn.lorsa:Rope",

@@ -62,7 +62,7 @@ TESTBED = "attribute images 32px, TinyViT d64 8x8 patches (L=16) proxy-pretraine
 RANK_DROP = 10.0  # percent of the pre-fine-tuning rank: "stays high" = loses less than this
 
 
-def _backbone(s: Settings, size: str, seed: int):
+def proxy_backbone(s: Settings, size: str, seed: int):
     """TinyViT pretrained on the proxy task (cached by `pretrained_backbone`; at smoke uncached and tiny)."""
     from rankwise.models.vision import BackboneRecipe, pretrained_backbone
 
@@ -86,7 +86,7 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
     _declare(report)
     embeddings, encoder = concept_embeddings(size, seed)
     groups = ConceptGroups(GROUPS, VALUES, tuple(embeddings))
-    bb = _backbone(s, size, seed)
+    bb = proxy_backbone(s, size, seed)
     train, val, test = _split(s.n_train, 100 + seed), _split(s.n_val, 200 + seed), _split(s.n_test, 300 + seed)
     base = CBMConfig(epochs=s.epochs, batch_size=s.batch, rank_probe=s.rank_probe, temperature=s.temperature)
     seeds = [seed + k for k in range(s.seeds)]

@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rankwise.apps.vision.pft import FeatureTranslator, PftConfig, SourceModel, personalise
+from rankwise.core.entropy_losses import information_maximization
 from rankwise.core.training import fit
 
 ARMS = ("source", "adabn", "shot-im", "nrc", "finetune", "pft", "pft-no-stage1")
@@ -60,14 +61,9 @@ def _train_fb(model: SourceModel, neutral: torch.Tensor, lr: float, steps: int, 
     return out.eval()
 
 
-def _entropy(p: torch.Tensor) -> torch.Tensor:
-    return -(p * torch.log(p + 1e-6)).sum(-1)
-
-
 def shot_im(model, neutral, lr, steps, batch, seed):
     def loss(m, x, idx):
-        p = F.softmax(m(x), 1)
-        return _entropy(p).mean() - _entropy(p.mean(0))
+        return information_maximization(m(x))
     return _train_fb(model, neutral, lr, steps, batch, seed, loss)
 
 

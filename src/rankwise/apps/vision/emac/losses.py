@@ -15,15 +15,10 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from rankwise.core.entropy_losses import entropy  # noqa: F401 (re-exported: EMAC's losses in one place)
 from rankwise.errors import InvalidInputError
 
 UNKNOWN = -1  # the oracle's answer (and the pseudo-label) for a new-class sample
-
-
-def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy (nats) [B] of softmax(logits [B, C])."""
-    logp = F.log_softmax(logits, dim=1)
-    return -(logp.exp() * logp).sum(1)
 
 
 def mme_loss(logits: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:

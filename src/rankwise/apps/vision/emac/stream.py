@@ -28,7 +28,8 @@ from torch.nn import functional as F
 
 from rankwise.apps.vision.emac.config import EmacConfig
 from rankwise.apps.vision.emac.energy import EnergySplit, FeatureTap, find_classifier, split_classifier
-from rankwise.apps.vision.emac.losses import UNKNOWN, clustering_contrastive_loss, entropy, mme_loss
+from rankwise.apps.vision.emac.losses import UNKNOWN, clustering_contrastive_loss, mme_loss
+from rankwise.core.entropy_losses import entropy, information_maximization
 from rankwise.apps.vision.emac.metrics import open_set_scores
 from rankwise.apps.vision.emac.mixture import MIX, NEW, OLD, REGIONS, EnergyMixture, partition
 from rankwise.apps.vision.emac.selection import (BudgetSchedule, RewardTracker, select_badge, select_coreset,
@@ -235,8 +236,7 @@ class _Stream:
         if c.loss == "tent":
             return entropy(logits).mean()
         if c.loss == "shot-im":
-            mean_p = logits.softmax(1).mean(0)
-            return entropy(logits).mean() + (mean_p * mean_p.clamp_min(1e-12).log()).sum()
+            return information_maximization(logits)
         if c.loss == "open-tent":
             new = o["p_new"] > 0.5
             return mme_loss(logits, ~new, new)
