@@ -44,6 +44,8 @@ def parse_benchmark_args(parser: argparse.ArgumentParser, argv: Sequence[str] | 
     """Parse `argv`; with --smoke, `smoke`'s values replace the defaults (flags given explicitly still win) and
     --out, unless given, is a new temporary folder."""
     args = parser.parse_args(argv)
+    global _THREADS
+    _THREADS = getattr(args, "threads", None)
     if not args.smoke:
         return args
     default_out = parser.get_default("out")
@@ -56,9 +58,15 @@ def parse_benchmark_args(parser: argparse.ArgumentParser, argv: Sequence[str] | 
     return args
 
 
+# The --threads of the last parsed command line: a page is written after `limit_threads` has restored torch's own
+# count, so the count the measurements ran at is remembered here rather than read back from torch.
+_THREADS: int | None = None
+
+
 def threads_label() -> str:
-    """torch's current intra-op thread count for a report: "1 thread", "2 threads"."""
+    """The intra-op thread count the benchmark ran at, for a report: "1 thread", "2 threads" (--threads when given,
+    else torch's current count)."""
     import torch
 
-    n = torch.get_num_threads()
+    n = _THREADS if _THREADS is not None else torch.get_num_threads()
     return f"{n} thread{'s' if n != 1 else ''}"
