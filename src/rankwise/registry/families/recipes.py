@@ -75,7 +75,9 @@ METHODS: tuple[MethodSpec, ...] = (
        experiments=[repro("task-arithmetic-fairness", summary="COMPAS (six race groups, race withheld), MLP pretrained "
                           "on the decile-score proxy: task addition of six race-group vectors (lambda on validation) "
                           "vs FFT and LoRA on accuracy, DPD and EOD, a scaled-FFT-vector ablation, single-group "
-                          "injection vs vector norm with a random-direction control, 10 seeds")],
+                          "injection vs vector norm with a random-direction control, 10 seeds"),
+                    repro("task-arithmetic-fairness", "adult", "the same protocol on Adult: ten sex x race groups "
+                          "(sex and race withheld), MLP pretrained on the hours > 40 proxy, 5 epochs, 10 seeds")],
        docs="docs/methods/task-arithmetic-fairness.md"),
     record("trady", "Study of Training Dynamics for Memory-Constrained Fine-Tuning", "recipes",
        api=["rankwise.recipes.trady:build", "rankwise.recipes.trady:TradyProcedure", "rankwise.recipes.trady:rank_layers",

@@ -16,7 +16,9 @@ least FFT's minus 1 point, else the most accurate point. Claims on the test spli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from scipy.stats import spearmanr
 
@@ -59,17 +61,43 @@ SIZES = BySize(
 MARGIN_POINTS = 1.0  # "near-FFT accuracy" (the card): declared before any run, used by selection and the claims
 BATCH, LORA_RANK, PRETRAIN_LR = 64, 4, 1e-3
 FRACTIONS = (0.5, 0.25, 0.25)
-TESTBED = ("COMPAS two_year_recid, six race groups (race withheld), 50/25/25 split per seed; MLP 9-64-64-2 pretrained "
-           "on decile_score >= 5, head re-initialised; 10 epochs AdamW batch 64 for every fine-tuning")
 ARMS = ("FFT", "LoRA", "task addition", "scaled FFT vector")
 
 
+@dataclass(frozen=True)
+class Testbed:
+    """A dataset the experiment runs on: its title, the claims' testbed text, the tables and its group note."""
+
+    title: str
+    testbed: str
+    groups: str  # how the groups are named in claim texts, e.g. "the six race groups"
+    count: str  # their number in words, e.g. "six"
+    load: Callable[[], tuple[Any, Any]]  # -> (data with the target label, the same rows with the proxy label)
+    group_note: str
+
+
+COMPAS = Testbed(
+    title="Task addition of race-group vectors vs FFT and LoRA: accuracy, DPD and EOD on COMPAS",
+    testbed=("COMPAS two_year_recid, six race groups (race withheld), 50/25/25 split per seed; MLP 9-64-64-2 pretrained "
+             "on decile_score >= 5, head re-initialised; 10 epochs AdamW batch 64 for every fine-tuning"),
+    groups="the six race groups",
+    count="six",
+    load=lambda: (load_compas(), load_compas(label="decile_high")),
+    group_note=("Groups: every metric is over all six race groups; the Asian and Native American groups have about 8 and "
+                "4-5 test rows, so DPD / EOD (max - min) often hinge on them: intervals are over 10 seeds, each with its "
+                "own split. Undefined rates are refused, never counted as 0 (the stratified split gives every group "
+                "positives and negatives in every part)."))
+TESTBED = COMPAS.testbed
+
+
 def run(size: str = "smoke", seed: int = 0) -> Report:
-    s = SIZES[size]
-    report = Report("task-arithmetic-fairness", "Task addition of race-group vectors vs FFT and LoRA: accuracy, DPD "
-                    "and EOD on COMPAS", size, seed)
-    _declare(report)
-    data, proxy = load_compas(), load_compas(label="decile_high")
+    return run_on(COMPAS, SIZES[size], size, seed)
+
+
+def run_on(tb: Testbed, s: Settings, size: str, seed: int) -> Report:
+    report = Report("task-arithmetic-fairness", tb.title, size, seed)
+    _declare(report, tb)
+    data, proxy = tb.load()
     k = Knobs(Protocol(s.epochs, BATCH), LORA_RANK, s.lam_grid, 0.05, s.max_extend, s.inject_grid, MARGIN_POINTS / 100)
     seeds = [seed + i for i in range(s.seeds)]
     bases = {}
@@ -99,11 +127,8 @@ def run(size: str = "smoke", seed: int = 0) -> Report:
                 f"among those with validation accuracy >= FFT's - {MARGIN_POINTS} point, else the most accurate; a "
                 "weighted sum was not used because a constant predictor (DPD = EOD = 0) would win it. FFT and LoRA have "
                 "no such knob (the paper's baselines); the 'scaled FFT vector' arm gives FFT the same knob.")
-    report.note("Groups: every metric is over all six race groups; the Asian and Native American groups have about 8 and "
-                "4-5 test rows, so DPD / EOD (max - min) often hinge on them: intervals are over 10 seeds, each with its "
-                "own split. Undefined rates are refused, never counted as 0 (the stratified split gives every group "
-                "positives and negatives in every part).")
-    report.note(f"Subgroup vectors: one FFT of theta_0 per race group on its training rows under the same protocol "
+    report.note(tb.group_note)
+    report.note(f"Subgroup vectors: one FFT of theta_0 per group on its training rows under the same protocol "
                 f"({s.epochs} epochs, batch min(64, n_g)): a tiny group takes ~{s.epochs} steps, so its vector is short; "
                 "the sum's examples match FFT's. LoRA: r=4, alpha=8, no dropout, peft; its delta scaling*B A is merged "
                 "onto theta_0. AdamW without weight decay everywhere (the vectors hold the data's updates only).")
@@ -154,30 +179,30 @@ def _tune(s: Settings, k: Knobs, split: Split, base, _proxy_acc: float, sd: int)
 P = ClaimKind.PAPER
 
 
-def _declare(report: Report) -> None:
+def _declare(report: Report, tb: Testbed = COMPAS) -> None:
     m = MARGIN_POINTS
     for base in ("FFT", "LoRA"):
         low = base.lower()
         report.declare(PairedClaim(f"ta_accuracy_near_{low}", f"test accuracy (points), task addition at its validation "
                                    f"lambda minus {base} (paper: for lambda >= 0.3 accuracy on par with FFT / LoRA; "
                                    f"non-inferiority within {m} point)", ">=", -m, kind=P,
-                                   discriminates=comparison(base), testbed=TESTBED))
+                                   discriminates=comparison(base), testbed=tb.testbed))
         for metric, what in (("dpd", "demographic parity difference"), ("eod", "equalized odds difference")):
-            report.declare(PairedClaim(f"ta_{metric}_below_{low}", f"test {what} (points, max - min over the six race "
-                                       f"groups), task addition minus {base} (paper: DPD / EOD decrease with lambda and "
+            report.declare(PairedClaim(f"ta_{metric}_below_{low}", f"test {what} (points, max - min over {tb.groups}), "
+                                       f"task addition minus {base} (paper: DPD / EOD decrease with lambda and "
                                        f"sit below FFT / LoRA)", "<", 0.0, kind=P, discriminates=comparison(base),
-                                       testbed=TESTBED))
-    report.declare(SampleClaim("injection_sensitivity_tracks_norm", "Spearman correlation over the six groups between "
+                                       testbed=tb.testbed))
+    report.declare(SampleClaim("injection_sensitivity_tracks_norm", f"Spearman correlation over the {tb.count} groups between "
                                "|slope of test DPD in lambda| when injecting tau_g into FFT and ||tau_g|| (the bound: "
                                "DPD moves at most 2L |lambda_g - 1| ||tau_g||; the card's confirmation)", ">", 0.0,
                                kind=P, discriminates=control("random directions with tau_g's per-tensor norms"),
-                               testbed=TESTBED))
+                               testbed=tb.testbed))
     for metric in ("dpd", "eod"):
         report.declare(PairedClaim(f"ta_{metric}_below_scaled_fft", f"ablation (ours, descriptive): test "
                                    f"{metric.upper()} (points), task addition minus the scaled FFT vector theta_0 + lam "
                                    "tau_FFT (lambda selected by the same rule): do subgroup vectors matter beyond "
-                                   "shrinking toward theta_0?", "<", 0.0, testbed=TESTBED))
-    report.declare(Claim("lambda0_is_base", "max |theta(0) - theta_0| over every tensor (sum of the six vectors)",
+                                   "shrinking toward theta_0?", "<", 0.0, testbed=tb.testbed))
+    report.declare(Claim("lambda0_is_base", f"max |theta(0) - theta_0| over every tensor (sum of the {tb.count} vectors)",
                          "<=", 0.0, kind=ClaimKind.INVARIANT))
     report.declare(Claim("lambda1_single_vector_is_ft", "max |theta_0 + 1 * tau_FFT - theta_FFT| over every tensor",
                          "<=", 0.0, kind=ClaimKind.INVARIANT))

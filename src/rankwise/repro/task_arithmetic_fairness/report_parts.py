@@ -18,7 +18,7 @@ def tables(report: Report, results: list[SeedResult], split: Split, lam_grid, in
     arms = list(results[0].test)
     lr_of = {"FFT": lrs["fft"], "LoRA": lrs["lora"], "task addition": lrs["ta"], "scaled FFT vector": lrs["fft"]}
     t = report.table("Arms on the test split (mean ± sd over seeds, points): accuracy, worst-group accuracy, DPD and EOD "
-                     "(max - min over the six groups), equal opportunity (TPR gap), macro and worst one-vs-rest gaps",
+                     "(max - min over the groups), equal opportunity (TPR gap), macro and worst one-vs-rest gaps",
                      ["arm", "lr", "lambda (mean)", "val acc", "test acc", "worst-group acc", "DPD", "EOD", "EO",
                       "macro DPD", "macro EOD", "worst DPD", "worst EOD"])
     for arm in arms:
@@ -30,7 +30,7 @@ def tables(report: Report, results: list[SeedResult], split: Split, lam_grid, in
               "EOD": _ms(m.eod for m in te), "EO": _ms(m.equal_opportunity for m in te),
               "macro DPD": _ms(m.macro()[0] for m in te), "macro EOD": _ms(m.macro()[1] for m in te),
               "worst DPD": _ms(m.worst()[0] for m in te), "worst EOD": _ms(m.worst()[1] for m in te)})
-    g = report.table(f"Per race group (split of seed {results[0].seed} for the counts; test accuracy and selection rate "
+    g = report.table(f"Per group (split of seed {results[0].seed} for the counts; test accuracy and selection rate "
                      "in points, mean over seeds; ||tau_g|| mean over seeds)",
                      ["group", "train rows", "test rows", "||tau_g||", *[f"acc {a}" for a in arms],
                       *[f"P(y^=1) {a}" for a in arms]])
@@ -80,7 +80,7 @@ def plot(results: list[SeedResult], inject_grid, arms):
             if arm != "task addition":
                 ax.axhline(100 * st.fmean(getattr(r.test[arm], metric) for r in results), ls=style, color="gray",
                            label=arm)
-        ax.set_xlabel("lambda (sum of the six group vectors)")
+        ax.set_xlabel("lambda (sum of the group vectors)")
         ax.set_ylabel("points")
         ax.set_title(f"{title} (mean over seeds)")
         ax.legend(fontsize=7)
