@@ -60,6 +60,7 @@ class PreferenceData:
     val: list[TopicPair]
     test: list[TopicPair]
     neutral: list[tuple[str, str]]  # (first words, the rest): text for the drift measures
+    neutral_topics: list[str]  # the topic of each neutral text's article (the judge's sanity check)
     generation: list[tuple[str, str]]  # (prompt, the prompt article's topic) for generation
     judge_texts: list[str]  # train-split summaries and their topics: the topic judge's training data
     judge_topics: list[str]
@@ -80,5 +81,6 @@ def build(n_train: int, n_val: int, n_test: int, words: int, n_neutral: int, n_g
     judge = train_pool[::2]
     return PreferenceData(
         train=twin_pairs(train_pool, n_train // 2, words, seed + 3),
-        val=vt[:n_val], test=vt[n_val:n_val + n_test], neutral=neutral, generation=gen,
+        val=vt[:n_val], test=vt[n_val:n_val + n_test], neutral=neutral,
+        neutral_topics=[a.topic for a in reserved[:n_neutral]], generation=gen,
         judge_texts=[a.text for a in judge], judge_topics=[a.topic for a in judge])

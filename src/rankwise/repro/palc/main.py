@@ -206,14 +206,7 @@ def _measure(report, rows, base_acc, base_rel, model, tok, c, data, bottleneck, 
         gap = (calibrated_logits(model, module, ids, scale=0.0) - model(input_ids=ids).logits).abs().max()
     report.measure("scale0_is_base", float(gap))
     report.measure("judge_reads_topics", topic_match_rate(
-        judge, [" ".join(t.split()[:16]) for t, _ in data.neutral], _neutral_topics(data)))
-
-
-def _neutral_topics(data) -> list[str]:
-    from rankwise.data.wiki import articles
-
-    by_start = {" ".join(a.text.split()[:3]): a.topic for a in articles("eval")}
-    return [by_start[first] for first, _ in data.neutral]
+        judge, [" ".join((first + rest).split()[:16]) for first, rest in data.neutral], data.neutral_topics))
 
 
 def _response_only_accuracy(data) -> float:
