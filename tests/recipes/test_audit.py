@@ -270,3 +270,7 @@ def test_cli_scan_on_a_model_folder(tmp_path, capsys):
     empty.write_text("\n\n")
     assert main(["audit", str(folder), "--base", str(tmp_path / "base"), "--scan", "--scan-candidates", str(empty)]) == 2
     assert "no non-empty lines" in capsys.readouterr().err
+    (tmp_path / "two.txt").write_text("alpha\nbeta\n")
+    assert main(["audit", str(folder), "--base", str(tmp_path / "base"), "--scan", "--scan-candidates",
+                 str(tmp_path / "two.txt")]) == 2
+    assert "at least 3 insertions" in capsys.readouterr().err

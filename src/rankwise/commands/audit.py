@@ -42,9 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankwise.recipes.audit.lora_folder import check_lora_folder
-
     from rankwise.errors import InvalidInputError
+    from rankwise.recipes.audit.lora_folder import check_lora_folder
 
     check_lora_folder(args.adapter)
     if args.out is not None:
@@ -64,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--null-adapters must be >= 1, got {args.null_adapters}")
     scan_texts = {flag: _lines(path, flag) for flag, path in (("--scan-prompts", args.scan_prompts),
                                                              ("--scan-candidates", args.scan_candidates)) if path is not None}
+    if len(scan_texts.get("--scan-candidates", [None] * 3)) < 3:  # the scan judges a peak among its candidates
+        raise InvalidInputError("--scan-candidates needs at least 3 insertions (one line each)")
     audit = _audit(args.adapter, args.base, args if args.scan else None, scan_texts)
     if args.out is not None:
         _write(audit, args.out, args.overwrite)
